@@ -1,0 +1,117 @@
+"""The one place that names devices, precisions and loaders, says which combinations are
+supported, and picks the device a cell runs on.
+
+Precisions (allowed values of ``--precision``):
+
+- ``fp32``: plain float32 everywhere; on CUDA, TF32 tensor-core math is switched *off*.
+- ``tf32``: float32 storage, TF32 tensor-core matmul and convolution; CUDA only.
+- ``bf16``: ``torch.autocast`` to bfloat16; CPU and CUDA.
+- ``fp16``: ``torch.autocast`` to float16 with a ``GradScaler``; CUDA only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+DEVICES = ("cpu", "cuda")
+LOADERS = ("dataloader", "resident")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+#: device -> precisions it supports.
+SUPPORTED: dict[str, tuple[str, ...]] = {
+    "cpu": ("fp32", "bf16"),
+    "cuda": ("fp32", "tf32", "bf16", "fp16"),
+}
+
+
+class UnsupportedCombination(ValueError):
+    """A device/precision/loader combination this benchmark does not run."""
+
+
+def check_combination(device: str, precision: str, loader: str) -> None:
+    """Raise :class:`UnsupportedCombination`, naming the allowed values, if the cell is invalid."""
+    if device not in DEVICES:
+        raise UnsupportedCombination(
+            f"unknown device {device!r}; allowed: {', '.join(DEVICES)}")
+    if loader not in LOADERS:
+        raise UnsupportedCombination(
+            f"unknown loader {loader!r}; allowed: {', '.join(LOADERS)}")
+    if precision not in PRECISIONS:
+        raise UnsupportedCombination(
+            f"unknown precision {precision!r}; allowed: {', '.join(PRECISIONS)}")
+    if precision not in SUPPORTED[device]:
+        raise UnsupportedCombination(
+            f"precision {precision!r} is not supported on {device}; "
+            f"allowed on {device}: {', '.join(SUPPORTED[device])}")
+
+
+def is_supported(device: str, precision: str) -> bool:
+    """Whether ``precision`` runs on ``device`` (used to build the study's matrix)."""
+    return precision in SUPPORTED.get(device, ())
+
+
+def available_devices() -> list[str]:
+    """Devices this machine has: always ``cpu``, plus ``cuda`` when torch sees a GPU."""
+    import torch
+
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
+class DeviceUnavailable(RuntimeError):
+    """The requested device does not exist on this machine."""
+
+
+def pick_device(name: str):
+    """The ``torch.device`` for ``name``, or :class:`DeviceUnavailable` with the reason."""
+    import torch
+
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            reason = "no CUDA GPU is visible to torch"
+            if torch.version.cuda is None:
+                reason += " (this torch build has no CUDA support)"
+            raise DeviceUnavailable(reason)
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """How a precision is applied: autocast dtype (or None), GradScaler, TF32 switches."""
+
+    name: str
+    autocast_dtype: object | None
+    grad_scaler: bool
+    allow_tf32: bool
+
+    def autocast(self, device_type: str):
+        """Context manager for the forward pass."""
+        import torch
+
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype)
+
+    def apply_backend_flags(self) -> None:
+        """Set the process-wide TF32 switches for this precision (explicitly on or off)."""
+        import torch
+
+        torch.backends.cuda.matmul.allow_tf32 = self.allow_tf32
+        torch.backends.cudnn.allow_tf32 = self.allow_tf32
+
+
+def precision_policy(name: str) -> PrecisionPolicy:
+    """The :class:`PrecisionPolicy` for one of :data:`PRECISIONS`."""
+    import torch
+
+    policies = {
+        "fp32": PrecisionPolicy("fp32", None, False, False),
+        "tf32": PrecisionPolicy("tf32", None, False, True),
+        "bf16": PrecisionPolicy("bf16", torch.bfloat16, False, False),
+        "fp16": PrecisionPolicy("fp16", torch.float16, True, False),
+    }
+    if name not in policies:
+        raise UnsupportedCombination(
+            f"unknown precision {name!r}; allowed: {', '.join(PRECISIONS)}")
+    return policies[name]

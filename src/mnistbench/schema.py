@@ -1,0 +1,194 @@
+"""Every output column and summary field, with its unit: the one place the trainer, the
+aggregator, the workflow and the report read them from.
+
+A cell's folder holds three files:
+
+- ``summary.json``: ``{"schema_version", "status", "reason", "params", "env", "timing",
+  "results"}``; ``params`` keys are :data:`PARAM_FIELDS`, ``results`` keys are
+  :data:`RESULT_FIELDS`, ``timing`` keys are :data:`TIMING_FIELDS`, ``env`` keys are
+  :data:`ENV_FIELDS`.
+- ``epochs.csv``: one row per timed epoch, columns :data:`EPOCH_COLUMNS`.
+- ``resources.csv``: the background sampler's time series, columns :data:`RESOURCE_COLUMNS`.
+
+The aggregate step flattens every ``summary.json`` into one row of ``results/summary.csv``
+(:func:`summary_columns`), and concatenates the CSVs with the cell's identity columns
+(:data:`ID_COLUMNS`) in front.
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+#: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
+#: ``unavailable``: the device does not exist on this machine. ``failed``: any other error.
+STATUSES = ("ok", "oom", "unavailable", "failed")
+
+#: Process exit codes of ``mnistbench train`` per status (2 is a usage error).
+EXIT_CODES = {"ok": 0, "unavailable": 10, "oom": 11, "failed": 12}
+
+#: Files a cell writes into its ``--out`` folder.
+SUMMARY_FILE = "summary.json"
+EPOCHS_FILE = "epochs.csv"
+RESOURCES_FILE = "resources.csv"
+
+# name -> (unit, description). Unit "" means dimensionless / text.
+PARAM_FIELDS: dict[str, tuple[str, str]] = {
+    "env": ("", "name of the environment (host and runtime) that ran the cell"),
+    "experiment": ("", "experiment the cell belongs to: convergence or sweep"),
+    "cell": ("", "cell id, unique within env and experiment"),
+    "repeat": ("", "repeat index, 0-based"),
+    "device": ("", "cpu or cuda"),
+    "precision": ("", "fp32, tf32, bf16 or fp16"),
+    "loader": ("", "dataloader (torch DataLoader + transform) or resident (tensor on device)"),
+    "batch_size": ("samples", "training batch size"),
+    "epochs": ("", "number of timed epochs"),
+    "lr": ("", "Adam learning rate"),
+    "seed": ("", "seed of initialisation, shuffling and dropout"),
+    "threads": ("", "torch intra-op CPU threads used"),
+    "workers": ("", "DataLoader worker processes (dataloader loader only)"),
+    "pin_memory": ("", "DataLoader pin_memory (dataloader loader only)"),
+    "compile": ("", "whether the model was wrapped in torch.compile"),
+    "cuda_graphs": ("", "whether the CUDA training step was captured in a CUDA graph"),
+    "warmup_steps": ("steps", "untimed warm-up steps before the first timed epoch"),
+    "max_steps": ("steps", "cap on training steps per epoch (0: no cap)"),
+    "train_limit": ("samples", "training samples used (0: all 60000)"),
+    "test_limit": ("samples", "test samples used (0: all 10000)"),
+    "eval_batch_size": ("samples", "batch size of the test-set evaluation"),
+    "sample_interval": ("s", "resource sampler period"),
+}
+
+ENV_FIELDS: dict[str, tuple[str, str]] = {
+    "hostname": ("", "host name"),
+    "os": ("", "operating system and kernel"),
+    "python": ("", "Python version"),
+    "torch": ("", "PyTorch version"),
+    "cuda": ("", "CUDA version torch was built with (empty when none)"),
+    "cudnn": ("", "cuDNN version (empty when none)"),
+    "cpu_model": ("", "CPU model name"),
+    "cpu_cores_logical": ("", "logical CPU cores"),
+    "cpu_cores_physical": ("", "physical CPU cores"),
+    "torch_threads": ("", "torch.get_num_threads() at capture"),
+    "memory_gb": ("GiB", "total system memory"),
+    "gpu_name": ("", "GPU model (empty when none)"),
+    "gpu_count": ("", "number of CUDA devices visible"),
+    "gpu_memory_gb": ("GiB", "total memory of GPU 0"),
+    "gpu_driver": ("", "NVIDIA driver version"),
+    "git_revision": ("", "git revision of the project (with -dirty when modified)"),
+    "mnistbench": ("", "mnistbench version"),
+    "container": ("", "container image name when run in one"),
+    "slurm_job_id": ("", "SLURM job id when run as a SLURM job"),
+    "slurm_partition": ("", "SLURM partition"),
+    "slurm_node": ("", "SLURM node name"),
+}
+
+TIMING_FIELDS: dict[str, tuple[str, str]] = {
+    "started_at": ("ISO 8601", "wall-clock time the cell process started"),
+    "ended_at": ("ISO 8601", "wall-clock time the cell finished writing"),
+    "start_unix": ("s", "started_at as Unix time"),
+    "end_unix": ("s", "ended_at as Unix time"),
+    "startup_s": ("s", "process start to the beginning of data loading (imports, env capture)"),
+    "data_load_s": ("s", "reading MNIST and building the loaders"),
+    "warmup_s": ("s", "untimed warm-up: autotuning, compilation, first-touch allocation"),
+    "timed_s": ("s", "sum of the timed epochs' wall times"),
+    "overhead_s": ("s", "everything outside the timed epochs: startup + data + warm-up + writing"),
+}
+
+RESULT_FIELDS: dict[str, tuple[str, str]] = {
+    "epoch_s_median": ("s", "median wall time of a timed epoch (train + eval)"),
+    "epoch_s_mean": ("s", "mean wall time of a timed epoch (train + eval)"),
+    "train_s_median": ("s", "median wall time of an epoch's training part"),
+    "total_s": ("s", "sum of the timed epochs' wall times"),
+    "data_s": ("s", "total time fetching batches and copying them to the device"),
+    "forward_s": ("s", "total forward pass time, loss included"),
+    "backward_s": ("s", "total backward pass time"),
+    "optimizer_s": ("s", "total optimizer step time"),
+    "eval_s": ("s", "total test-set evaluation time"),
+    "samples_per_s": ("samples/s", "training samples per second of training time (median)"),
+    "steps_per_epoch": ("steps", "training steps in one epoch"),
+    "final_test_acc": ("%", "test accuracy after the last epoch"),
+    "best_test_acc": ("%", "best test accuracy over the epochs"),
+    "best_epoch": ("", "epoch (1-based) of the best test accuracy"),
+    "final_test_loss": ("", "mean test cross-entropy after the last epoch"),
+    "final_train_loss": ("", "mean training cross-entropy of the last epoch"),
+    "peak_rss_mb": ("MiB", "peak resident set size of the process"),
+    "peak_cuda_mem_mb": ("MiB", "peak CUDA memory allocated by torch"),
+    "cpu_pct_mean": ("%", "mean process CPU use (100 = one core)"),
+    "cpu_pct_peak": ("%", "peak process CPU use (100 = one core)"),
+    "gpu_util_mean": ("%", "mean GPU utilisation (NVML)"),
+    "gpu_util_peak": ("%", "peak GPU utilisation (NVML)"),
+    "gpu_power_mean_w": ("W", "mean GPU board power (NVML)"),
+    "gpu_energy_j": ("J", "GPU energy over the timed epochs (NVML counter)"),
+    "cpu_energy_j": ("J", "CPU package energy over the timed epochs (RAPL)"),
+}
+
+EPOCH_COLUMNS: dict[str, tuple[str, str]] = {
+    "epoch": ("", "epoch number, 1-based"),
+    "steps": ("steps", "training steps in the epoch"),
+    "samples": ("samples", "training samples in the epoch"),
+    "data_s": ("s", "fetching batches and host-to-device copy"),
+    "forward_s": ("s", "forward pass and loss"),
+    "backward_s": ("s", "backward pass"),
+    "optimizer_s": ("s", "optimizer step (and zeroing gradients)"),
+    "train_s": ("s", "wall time of the training part"),
+    "eval_s": ("s", "test-set evaluation"),
+    "epoch_s": ("s", "wall time of the whole epoch: train_s + eval_s"),
+    "train_loss": ("", "mean training cross-entropy"),
+    "test_loss": ("", "mean test cross-entropy"),
+    "test_acc": ("%", "test accuracy"),
+    "samples_per_s": ("samples/s", "samples / train_s"),
+}
+
+#: Phases of a training step, in order, then evaluation.
+PHASES = ("data", "forward", "backward", "optimizer", "eval")
+
+RESOURCE_COLUMNS: dict[str, tuple[str, str]] = {
+    "t_s": ("s", "time since the sampler started"),
+    "stage": ("", "what the cell was doing: setup, warmup, train or done"),
+    "proc_cpu_pct": ("%", "process CPU use incl. children (100 = one core)"),
+    "sys_cpu_pct": ("%", "whole-system CPU use (100 = all cores)"),
+    "rss_mb": ("MiB", "resident set size of the process and its children"),
+    "gpu_util_pct": ("%", "GPU utilisation (NVML), empty without a GPU"),
+    "gpu_mem_mb": ("MiB", "GPU memory used (NVML)"),
+    "gpu_power_w": ("W", "GPU board power (NVML)"),
+    "gpu_energy_j": ("J", "GPU energy since the sampler started (NVML counter)"),
+    "cpu_energy_j": ("J", "CPU package energy since the sampler started (RAPL)"),
+}
+
+#: Columns that identify a cell in the aggregated tables, in front of every row.
+ID_COLUMNS = ("env", "experiment", "cell")
+
+
+def summary_columns() -> list[str]:
+    """Columns of the aggregated ``summary.csv``, in order: identity, status, params, results,
+    timing, environment."""
+    cols = [*ID_COLUMNS, "status", "reason"]
+    cols += [k for k in PARAM_FIELDS if k not in ID_COLUMNS]
+    cols += list(RESULT_FIELDS) + list(TIMING_FIELDS) + list(ENV_FIELDS)
+    return cols
+
+
+def units() -> dict[str, str]:
+    """Unit of every known column name (the first definition wins)."""
+    out: dict[str, str] = {}
+    for table in (PARAM_FIELDS, RESULT_FIELDS, TIMING_FIELDS, ENV_FIELDS, EPOCH_COLUMNS,
+                  RESOURCE_COLUMNS):
+        for name, (unit, _) in table.items():
+            out.setdefault(name, unit)
+    return out
+
+
+def markdown_tables() -> str:
+    """Every table as Markdown, for the README and the report's methodology section."""
+    parts = []
+    for title, table in (
+        ("summary.json params / summary.csv", PARAM_FIELDS),
+        ("summary.json results / summary.csv", RESULT_FIELDS),
+        ("summary.json timing / summary.csv", TIMING_FIELDS),
+        ("summary.json env / summary.csv", ENV_FIELDS),
+        ("epochs.csv", EPOCH_COLUMNS),
+        ("resources.csv", RESOURCE_COLUMNS),
+    ):
+        parts.append(f"#### {title}\n\n| column | unit | meaning |\n|---|---|---|")
+        parts += [f"| `{k}` | {u or '-'} | {d} |" for k, (u, d) in table.items()]
+        parts.append("")
+    return "\n".join(parts)
