@@ -120,9 +120,10 @@ def _add_train(sub) -> None:
                    help="DataLoader worker processes (dataloader loader only)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False,
                    help="DataLoader pin_memory (dataloader loader only)")
-    p.add_argument("--compile", action="store_true", help="wrap the model in torch.compile")
-    p.add_argument("--cuda-graphs", action="store_true",
-                   help="capture the CUDA training step in a CUDA graph (resident loader)")
+    p.add_argument("--compile", nargs="?", const="default", default="",
+                   choices=["default", "reduce-overhead", "max-autotune"],
+                   help="wrap the model in torch.compile with this mode (bare --compile: "
+                   "default; reduce-overhead uses CUDA graphs on CUDA)")
     p.add_argument("--warmup-steps", type=_non_negative_int, default=3,
                    help="untimed warm-up steps; the trajectory is restored afterwards")
     p.add_argument("--max-steps", type=_non_negative_int, default=0,

@@ -47,8 +47,8 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "threads": ("", "torch intra-op CPU threads used"),
     "workers": ("", "DataLoader worker processes (dataloader loader only)"),
     "pin_memory": ("", "DataLoader pin_memory (dataloader loader only)"),
-    "compile": ("", "whether the model was wrapped in torch.compile"),
-    "cuda_graphs": ("", "whether the CUDA training step was captured in a CUDA graph"),
+    "compile": ("", "torch.compile mode, empty for eager: default, reduce-overhead, max-autotune"),
+    "cuda_graphs": ("", "whether CUDA graphs were used (torch.compile reduce-overhead on CUDA)"),
     "warmup_steps": ("steps", "untimed warm-up steps before the first timed epoch"),
     "max_steps": ("steps", "cap on training steps per epoch (0: no cap)"),
     "train_limit": ("samples", "training samples used (0: all 60000)"),
@@ -90,7 +90,8 @@ TIMING_FIELDS: dict[str, tuple[str, str]] = {
     "data_load_s": ("s", "reading MNIST and building the loaders"),
     "warmup_s": ("s", "untimed warm-up: autotuning, compilation, first-touch allocation"),
     "timed_s": ("s", "sum of the timed epochs' wall times"),
-    "overhead_s": ("s", "everything outside the timed epochs: startup + data + warm-up + writing"),
+    "overhead_s": ("s", "process wall time outside the timed epochs and the warm-up: startup, "
+                   "data load, model build, writing"),
 }
 
 RESULT_FIELDS: dict[str, tuple[str, str]] = {

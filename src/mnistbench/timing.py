@@ -1,0 +1,93 @@
+"""Phase timers for one epoch: consecutive marks split the epoch into phases, so the phases
+add up to the span from the first mark to the last by construction.
+
+- :class:`CpuPhaseTimer`: ``time.perf_counter`` at each mark. CPU work in PyTorch is
+  synchronous, so a mark is taken when the phase's work is done.
+- :class:`CudaPhaseTimer`: a CUDA event recorded on the current stream at each mark, so every
+  phase is measured on the GPU's own timeline with no synchronisation inside the loop. Time
+  the GPU spent idle waiting for the host (e.g. for the next batch) lands in the phase whose
+  mark came next, which is where it belongs: a GPU starved by its data loader shows it as
+  data time. The events are read once, after one synchronisation at the end of the epoch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+
+class CpuPhaseTimer:
+    """Marks with ``time.perf_counter``; durations in seconds."""
+
+    def __init__(self) -> None:
+        self._marks: list[tuple[str, float]] = []
+
+    def start(self) -> None:
+        """Begin the epoch (the reference point of the first phase)."""
+        self._marks = [("", time.perf_counter())]
+
+    def mark(self, phase: str) -> None:
+        """End ``phase`` now; the next phase starts here."""
+        self._marks.append((phase, time.perf_counter()))
+
+    def totals(self) -> tuple[dict[str, float], float]:
+        """Seconds per phase, and the span from :meth:`start` to the last mark."""
+        out: dict[str, float] = defaultdict(float)
+        for (_, t0), (phase, t1) in zip(self._marks, self._marks[1:], strict=False):
+            out[phase] += t1 - t0
+        return dict(out), self._marks[-1][1] - self._marks[0][1]
+
+
+class CudaPhaseTimer:
+    """Marks with CUDA events on the current stream; durations in seconds.
+
+    Events are pooled and reused across epochs, so the timed loop allocates nothing."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self._torch = torch
+        self._pool: list = []
+        self._phases: list[str] = []
+        self._used = 0
+
+    def _event(self):
+        if self._used == len(self._pool):
+            self._pool.append(self._torch.cuda.Event(enable_timing=True))
+        event = self._pool[self._used]
+        self._used += 1
+        return event
+
+    def start(self) -> None:
+        """Begin the epoch: record the reference event."""
+        self._used = 0
+        self._phases = [""]
+        self._event().record()
+
+    def mark(self, phase: str) -> None:
+        """End ``phase`` when the GPU reaches this point of the stream."""
+        self._phases.append(phase)
+        self._event().record()
+
+    def totals(self) -> tuple[dict[str, float], float]:
+        """Synchronise once, then seconds per phase and the span of all marks."""
+        self._torch.cuda.synchronize()
+        events = self._pool[: self._used]
+        out: dict[str, float] = defaultdict(float)
+        for i in range(1, len(events)):
+            out[self._phases[i]] += events[i - 1].elapsed_time(events[i]) / 1000.0
+        span = events[0].elapsed_time(events[-1]) / 1000.0 if len(events) > 1 else 0.0
+        return dict(out), span
+
+
+def phase_timer(device_type: str):
+    """The right timer for ``device_type`` (``cpu`` or ``cuda``)."""
+    return CudaPhaseTimer() if device_type == "cuda" else CpuPhaseTimer()
+
+
+def synchronize(device_type: str) -> None:
+    """Wait for the device to finish queued work (a no-op on CPU)."""
+    if device_type == "cuda":
+        import torch
+
+        torch.cuda.synchronize()

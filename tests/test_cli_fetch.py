@@ -1,0 +1,119 @@
+"""Tests of the ``mnistbench fetch`` subcommand: help, mirrors from flags and the environment,
+exit codes and error messages. No test reaches the network: every run passes
+``--no-default-mirrors``."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mnistbench import cli, data
+
+
+@pytest.fixture(autouse=True)
+def _no_env_mirror(monkeypatch):
+    """Run without the caller's MNISTBENCH_MIRROR."""
+    monkeypatch.delenv(cli.MIRROR_ENV, raising=False)
+
+
+def run_fetch(*args: str) -> int:
+    """``mnistbench fetch ARGS --no-default-mirrors --retries 0`` in-process; its exit code."""
+    return cli.main(["fetch", *args, "--no-default-mirrors", "--retries", "0"])
+
+
+def test_fetch_help_lists_the_options(capsys):
+    """`mnistbench fetch --help` exits 0 and documents the mirror options."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["fetch", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--dest", "--mirror", "--no-default-mirrors", "--retries", "--timeout",
+                   "MNISTBENCH_MIRROR"):
+        assert option in out
+
+
+def test_fetch_error_exits_1_with_one_paragraph_and_no_traceback(tmp_path):
+    """The console command prints the DataError as one line and exits 1, without traceback."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    dest = tmp_path / "dest"
+    env = {k: v for k, v in os.environ.items() if k != cli.MIRROR_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mnistbench.cli", "fetch", "--dest", str(dest), "--mirror",
+         str(empty), "--no-default-mirrors", "--retries", "0"],
+        capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines()
+             if line.startswith("mnistbench fetch: error:")]
+    assert len(lines) == 1
+    assert f"could not get a verified copy of {data.FILES[0]}" in lines[0]
+    assert f"{empty / data.FILES[0]}.gz: no such file" in lines[0]
+    assert "--mirror DIR_OR_URL" in lines[0]
+    assert list(dest.iterdir()) == []
+
+
+def test_fetch_mirror_order_flag_then_environment(tmp_path, monkeypatch, capsys):
+    """--mirror comes first, then the MNISTBENCH_MIRROR entries (comma or space separated)."""
+    flag, env_a, env_b = (tmp_path / name for name in ("flag", "env-a", "env-b"))
+    monkeypatch.setenv(cli.MIRROR_ENV, f"{env_a}, {env_b}")
+    assert run_fetch("--dest", str(tmp_path / "dest"), "--mirror", str(flag)) == 1
+    err = capsys.readouterr().err
+    positions = [err.find(f"no such directory {folder}") for folder in (flag, env_a, env_b)]
+    assert -1 not in positions and positions == sorted(positions)
+
+
+def test_fetch_checksum_mismatch_exits_1_and_keeps_nothing(tiny_mnist, tmp_path, capsys):
+    """The CLI always checks the official digests, so a mirror of other data fails cleanly."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    for name in data.FILES:
+        raw = (tiny_mnist / name).read_bytes()
+        (mirror / f"{name}.gz").write_bytes(gzip.compress(raw, compresslevel=1))
+    dest = tmp_path / "dest"
+    assert run_fetch("--dest", str(dest), "--mirror", str(mirror)) == 1
+    err = capsys.readouterr().err
+    assert "fails its checksum" in err and f"expected {data.MD5[data.FILES[0]]}" in err
+    assert list(dest.iterdir()) == []
+
+
+def test_fetch_without_any_mirror_exits_1(tmp_path, capsys):
+    """--no-default-mirrors with no --mirror and no MNISTBENCH_MIRROR is a clear error."""
+    assert run_fetch("--dest", str(tmp_path / "dest")) == 1
+    assert "no mirror to fetch from: give --mirror DIR_OR_URL" in capsys.readouterr().err
+
+
+def test_fetch_rejects_negative_retries(capsys):
+    """--retries must be 0 or more (a usage error, exit 2)."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["fetch", "--retries", "-1"])
+    assert info.value.code == 2
+    assert "must be 0 or more" in capsys.readouterr().err
+
+
+def test_fetch_from_environment_mirror_prints_the_paths(real_mnist_mirror, tmp_path,
+                                                        monkeypatch, capsys):
+    """MNISTBENCH_MIRROR alone fetches the real files; their paths go to stdout."""
+    monkeypatch.setenv(cli.MIRROR_ENV, real_mnist_mirror.as_uri())
+    dest = tmp_path / "dest"
+    assert run_fetch("--dest", str(dest)) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == [str(dest / name) for name in data.FILES]
+    assert f"verified (MD5 {data.MD5[data.FILES[0]]})" in captured.err
+    assert sorted(p.name for p in dest.iterdir()) == sorted(data.FILES)
+
+
+def test_fetch_quiet_prints_nothing_and_keeps_verified_files(real_mnist_mirror, tmp_path,
+                                                             capsys):
+    """--quiet prints nothing; a second run keeps the verified files without a mirror."""
+    dest = tmp_path / "dest"
+    assert run_fetch("--dest", str(dest), "--mirror", str(real_mnist_mirror), "--quiet") == 0
+    assert capsys.readouterr() == ("", "")
+    mtimes = [(dest / name).stat().st_mtime_ns for name in data.FILES]
+    assert run_fetch("--dest", str(dest), "--mirror", str(tmp_path / "gone")) == 0
+    assert [(dest / name).stat().st_mtime_ns for name in data.FILES] == mtimes
+    assert "already present and verified" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""Tests for mnistbench.timing: phase timers whose phases add up to the epoch."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from mnistbench import timing
+
+
+def test_cpu_phases_sum_to_span() -> None:
+    """Phases split the span between the first and last mark exactly."""
+    timer = timing.CpuPhaseTimer()
+    timer.start()
+    for _ in range(3):
+        time.sleep(0.002)
+        timer.mark("data")
+        time.sleep(0.004)
+        timer.mark("forward")
+    phases, span = timer.totals()
+    assert set(phases) == {"data", "forward"}
+    assert sum(phases.values()) == pytest.approx(span, rel=1e-12)
+    assert phases["forward"] > phases["data"] > 0.005
+
+
+def test_cpu_timer_restarts_per_epoch() -> None:
+    """start() discards the previous epoch's marks."""
+    timer = timing.CpuPhaseTimer()
+    timer.start()
+    time.sleep(0.01)
+    timer.mark("data")
+    timer.start()
+    timer.mark("data")
+    phases, span = timer.totals()
+    assert span < 0.005 and phases["data"] < 0.005
+
+
+def test_phase_timer_picks_by_device() -> None:
+    """The CPU timer for cpu; the CUDA event timer for cuda."""
+    assert isinstance(timing.phase_timer("cpu"), timing.CpuPhaseTimer)
+    assert isinstance(timing.phase_timer("cuda"), timing.CudaPhaseTimer)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_phases_sum_to_span_and_track_wall_time() -> None:
+    """CUDA event phases add up to their span, which matches the synchronised wall time."""
+    timer = timing.CudaPhaseTimer()
+    a = torch.randn(2048, 2048, device="cuda")
+    torch.cuda.synchronize()
+    wall = time.perf_counter()
+    timer.start()
+    for _ in range(5):
+        a = a @ a
+        a = a / a.norm()
+        timer.mark("forward")
+        time.sleep(0.01)  # host busy: the GPU idles, and the wait lands in the next phase
+        timer.mark("data")
+    phases, span = timer.totals()
+    wall = time.perf_counter() - wall
+    assert sum(phases.values()) == pytest.approx(span, rel=1e-6)
+    assert span == pytest.approx(wall, rel=0.05)
+    assert phases["data"] >= 0.04

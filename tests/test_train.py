@@ -1,0 +1,227 @@
+"""Tests for mnistbench.train: one honest cell, its outputs, statuses and exit codes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mnistbench import schema, train
+from mnistbench.devices import SUPPORTED
+
+TINY = {"max_steps": 4, "test_limit": 128, "warmup_steps": 1, "batch_size": 32,
+        "sample_interval": 0.05, "quiet": True}
+
+
+def run(tmp_path: Path, data: Path, name: str = "cell", **overrides) -> tuple[int, dict, Path]:
+    """Run one cell in-process; its exit code, summary and folder."""
+    settings = {**TINY, **overrides}
+    out = tmp_path / name
+    code = train.run_cell(train.TrainConfig(out=out, data=data, **settings))
+    summary = json.loads((out / schema.SUMMARY_FILE).read_text())
+    return code, summary, out
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows of a CSV file as dicts."""
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize("loader", ["resident", "dataloader"])
+@pytest.mark.parametrize("precision", SUPPORTED["cpu"])
+def test_every_cpu_precision_and_loader_runs(tmp_path, tiny_mnist, loader, precision) -> None:
+    """Each CPU precision with each loader ends ok with complete, schema-shaped outputs."""
+    code, summary, out = run(tmp_path, tiny_mnist, loader=loader, precision=precision, epochs=2)
+    assert code == 0, summary["reason"]
+    assert summary["status"] == "ok"
+    assert set(summary["params"]) == set(schema.PARAM_FIELDS)
+    assert set(summary["results"]) == set(schema.RESULT_FIELDS)
+    assert set(summary["timing"]) == set(schema.TIMING_FIELDS)
+    assert set(summary["env"]) == set(schema.ENV_FIELDS)
+    assert summary["params"]["precision"] == precision
+    assert summary["params"]["loader"] == loader
+    rows = read_csv(out / schema.EPOCHS_FILE)
+    assert list(rows[0]) == list(schema.EPOCH_COLUMNS)
+    assert [int(r["steps"]) for r in rows] == [4, 4]
+    assert [int(r["samples"]) for r in rows] == [128, 128]
+    resources = read_csv(out / schema.RESOURCES_FILE)
+    assert resources and list(resources[0]) == list(schema.RESOURCE_COLUMNS)
+    res = summary["results"]
+    assert res["steps_per_epoch"] == 4
+    assert 0 <= res["final_test_acc"] <= 100
+    assert res["peak_rss_mb"] > 50
+
+
+def test_phases_add_up_to_epoch_wall_time(tmp_path, tiny_mnist) -> None:
+    """Data + forward + backward + optimizer + eval is within 5% of each epoch's wall time."""
+    code, _, out = run(tmp_path, tiny_mnist, max_steps=0, epochs=2, loader="dataloader")
+    assert code == 0
+    for row in read_csv(out / schema.EPOCHS_FILE):
+        phases = sum(float(row[f"{p}_s"]) for p in schema.PHASES)
+        assert phases == pytest.approx(float(row["epoch_s"]), rel=0.05)
+        assert float(row["train_s"]) + float(row["eval_s"]) == pytest.approx(phases)
+        assert all(float(row[f"{p}_s"]) > 0 for p in schema.PHASES)
+
+
+def test_warm_up_does_not_change_the_trajectory(tmp_path, tiny_mnist) -> None:
+    """The same seed gives the same losses and accuracy with and without warm-up steps."""
+    settings = {"epochs": 2, "max_steps": 6, "loader": "resident", "threads": 1}
+    _, cold, out_cold = run(tmp_path, tiny_mnist, "cold", warmup_steps=0, **settings)
+    _, warm, out_warm = run(tmp_path, tiny_mnist, "warm", warmup_steps=4, **settings)
+    assert cold["timing"]["warmup_s"] == 0
+    assert warm["timing"]["warmup_s"] > 0
+    keys = ("train_loss", "test_loss", "test_acc")
+    strip = [{k: r[k] for k in keys} for r in read_csv(out_cold / schema.EPOCHS_FILE)]
+    assert strip == [{k: r[k] for k in keys} for r in read_csv(out_warm / schema.EPOCHS_FILE)]
+
+
+def test_seed_changes_the_trajectory(tmp_path, tiny_mnist) -> None:
+    """A different seed gives a different run (the seed is really used)."""
+    _, a, _ = run(tmp_path, tiny_mnist, "a", seed=0)
+    _, b, _ = run(tmp_path, tiny_mnist, "b", seed=1)
+    assert a["results"]["final_train_loss"] != b["results"]["final_train_loss"]
+
+
+def test_learns_tiny_data(tmp_path, tiny_mnist) -> None:
+    """Two full epochs on the synthetic digits reach high test accuracy."""
+    code, summary, _ = run(tmp_path, tiny_mnist, max_steps=0, test_limit=0, epochs=2)
+    assert code == 0
+    assert summary["results"]["best_test_acc"] > 90
+
+
+def test_cuda_without_gpu_is_unavailable(tmp_path, tiny_mnist) -> None:
+    """Asking for cuda on a machine without a GPU gives status unavailable and exit 10."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    code, summary, out = run(tmp_path, tiny_mnist, device="cuda")
+    assert code == schema.EXIT_CODES["unavailable"] == 10
+    assert summary["status"] == "unavailable"
+    assert "cuda" in summary["reason"] and "GPU" in summary["reason"]
+    assert summary["results"]["epoch_s_median"] is None
+    assert read_csv(out / schema.EPOCHS_FILE) == []
+
+
+def test_out_of_memory_is_a_result(tmp_path, tiny_mnist, monkeypatch) -> None:
+    """An out-of-memory error gives status oom naming the batch size, and exit 11."""
+    def explode(self, x, y, timer):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(train.Trainer, "step", explode)
+    code, summary, _ = run(tmp_path, tiny_mnist, batch_size=64)
+    assert code == schema.EXIT_CODES["oom"] == 11
+    assert summary["status"] == "oom"
+    assert "batch size 64" in summary["reason"]
+
+
+def test_other_errors_fail_with_their_message(tmp_path, tiny_mnist, monkeypatch) -> None:
+    """Any other exception gives status failed with its message, and exit 12."""
+    def explode(self, x, y, timer):
+        raise ValueError("the <b>step</b> broke")
+
+    monkeypatch.setattr(train.Trainer, "step", explode)
+    code, summary, out = run(tmp_path, tiny_mnist)
+    assert code == schema.EXIT_CODES["failed"] == 12
+    assert summary["status"] == "failed"
+    assert summary["reason"] == "ValueError: the <b>step</b> broke"
+    assert not list(out.glob("*.part")) and not list(out.glob(".*"))
+
+
+def test_missing_data_fails_with_the_fix(tmp_path) -> None:
+    """A data folder without MNIST gives a failed cell whose reason says how to fetch it."""
+    code, summary, _ = run(tmp_path, tmp_path / "nowhere")
+    assert code == 12
+    assert "mnistbench fetch" in summary["reason"]
+
+
+def test_stale_outputs_are_removed_before_a_rerun(tmp_path, tiny_mnist) -> None:
+    """A rerun never leaves an earlier run's epochs beside a new summary."""
+    out = tmp_path / "cell"
+    out.mkdir()
+    (out / schema.EPOCHS_FILE).write_text("epoch\n1\n2\n")
+    (out / schema.SUMMARY_FILE).write_text("{}")
+    code, summary, out = run(tmp_path, tmp_path / "nowhere")  # fails before any epoch
+    assert code == 12 and summary["status"] == "failed"
+    assert read_csv(out / schema.EPOCHS_FILE) == []
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cpu", "--precision", "fp16"], "allowed on cpu: fp32, bf16"),
+    (["--device", "cpu", "--precision", "tf32"], "allowed on cpu: fp32, bf16"),
+])
+def test_unsupported_combination_is_rejected_up_front(tmp_path, tiny_mnist, capsys, args,
+                                                      message) -> None:
+    """fp16/tf32 on CPU exit 2 with the allowed values and write nothing."""
+    from mnistbench import cli
+
+    out = tmp_path / "cell"
+    code = cli.main(["train", "--data", str(tiny_mnist), "--out", str(out), *args])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cli_usage_errors_exit_2(tmp_path) -> None:
+    """Bad flag values are argparse usage errors (exit 2) naming the flag."""
+    proc = subprocess.run([sys.executable, "-m", "mnistbench.cli", "train", "--out",
+                           str(tmp_path), "--batch-size", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "--batch-size" in proc.stderr
+
+
+def test_cli_cell_subprocess_records_env_and_exit_code(tmp_path, tiny_mnist) -> None:
+    """The real command line writes the summary and exits with the cell's status code."""
+    out = tmp_path / "sub"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mnistbench.cli", "train", "--data", str(tiny_mnist),
+         "--out", str(out), "--max-steps", "2", "--test-limit", "64", "--warmup-steps", "0",
+         "--env", "lab-1", "--experiment", "sweep", "--cell", "c1", "--repeat", "2",
+         "--device", "cuda" if not torch.cuda.is_available() else "cpu"],
+        capture_output=True, text=True)
+    summary = json.loads((out / schema.SUMMARY_FILE).read_text())
+    expected = "ok" if torch.cuda.is_available() else "unavailable"
+    assert summary["status"] == expected
+    assert proc.returncode == schema.EXIT_CODES[expected]
+    assert summary["params"]["env"] == "lab-1"
+    assert summary["params"]["cell"] == "c1" and summary["params"]["repeat"] == 2
+    assert summary["timing"]["start_unix"] <= summary["timing"]["end_unix"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("precision", SUPPORTED["cuda"])
+@pytest.mark.parametrize("loader", ["resident", "dataloader"])
+def test_every_cuda_precision_and_loader_runs(tmp_path, tiny_mnist, precision, loader) -> None:
+    """Each CUDA precision with each loader ends ok, with phases adding up (CUDA events)."""
+    code, summary, out = run(tmp_path, tiny_mnist, device="cuda", precision=precision,
+                             loader=loader, max_steps=0, epochs=2, pin_memory=True)
+    assert code == 0, summary["reason"]
+    assert summary["results"]["peak_cuda_mem_mb"] > 0
+    assert summary["env"]["gpu_name"]
+    for row in read_csv(out / schema.EPOCHS_FILE):
+        phases = sum(float(row[f"{p}_s"]) for p in schema.PHASES)
+        assert phases == pytest.approx(float(row["epoch_s"]), rel=0.05)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_out_of_memory_is_reported(tmp_path, tiny_mnist) -> None:
+    """A batch far beyond the GPU's memory ends as oom, not as a crash."""
+    code, summary, _ = run(tmp_path, tiny_mnist, device="cuda", batch_size=2**31 - 1,
+                           max_steps=1)
+    assert code == 11 and summary["status"] == "oom", summary["reason"]
+
+
+@pytest.mark.slow
+def test_one_real_epoch_reaches_98_2_percent(tmp_path, real_mnist) -> None:
+    """One epoch of real MNIST, batch 128, fp32, resident, on CPU: at least 98.2% accuracy."""
+    code, summary, _ = run(tmp_path, real_mnist, max_steps=0, test_limit=0, batch_size=128,
+                           warmup_steps=3, epochs=1, precision="fp32", loader="resident",
+                           sample_interval=0.5)
+    assert code == 0, summary["reason"]
+    assert summary["results"]["final_test_acc"] >= 98.2
