@@ -472,8 +472,12 @@ def run_cell(cfg: TrainConfig) -> int:
     rows: list[dict] = []
     energy: dict = {}
     timing = {"startup_s": time.time() - process_start}
-    gpu_index = 0 if cfg.device == "cuda" and torch.cuda.is_available() else None
-    monitor = ResourceMonitor(interval=cfg.sample_interval, gpu_index=gpu_index)
+    gpu_index = gpu_uuid = None
+    if cfg.device == "cuda" and torch.cuda.is_available():
+        gpu_index = 0
+        gpu_uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) or None
+    monitor = ResourceMonitor(interval=cfg.sample_interval, gpu_index=gpu_index,
+                              gpu_uuid=gpu_uuid)
     monitor.start()
     monitor.set_stage("setup")
     trainer = None

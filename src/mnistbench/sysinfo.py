@@ -1,0 +1,233 @@
+"""What every cell records about the machine that ran it: versions, CPU, GPU, OS, host, git
+revision, container and SLURM job (the keys of :data:`mnistbench.schema.ENV_FIELDS`).
+
+:func:`capture` never raises: a value that cannot be found is ``""`` (text) or ``None``
+(numbers). Facts that cannot change while the process runs (git revision, CPU model, GPU
+driver) are looked up once and cached; environment variables are read on every call.
+
+Environment variables read:
+
+- ``MNISTBENCH_ENV``: the environment name (:func:`default_env_name`).
+- ``MNISTBENCH_CONTAINER``: image name, set when the container image is built.
+- ``MNISTBENCH_GIT_REVISION``: git revision baked into a container image, used when the
+  package is not inside a git checkout.
+- ``SLURM_JOB_ID``, ``SLURM_JOB_PARTITION``, ``SLURMD_NODENAME``: set by SLURM.
+- ``APPTAINER_CONTAINER`` / ``SINGULARITY_CONTAINER``: set by Apptainer (runtime name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import platform
+import re
+import socket
+import subprocess
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .schema import ENV_FIELDS
+
+ENV_NAME_VAR = "MNISTBENCH_ENV"
+CONTAINER_VAR = "MNISTBENCH_CONTAINER"
+GIT_REVISION_VAR = "MNISTBENCH_GIT_REVISION"
+
+#: Seconds each git command may take before the revision is treated as unknown.
+GIT_TIMEOUT_S = 2.0
+
+#: Longest name :func:`safe_name` returns, in characters.
+MAX_NAME_LEN = 100
+
+#: ENV_FIELDS holding numbers; unknown ones are None, unknown text fields are "".
+NUMERIC_FIELDS = frozenset({"cpu_cores_logical", "cpu_cores_physical", "torch_threads",
+                            "memory_gb", "gpu_count", "gpu_memory_gb"})
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: object, default: str = "unknown") -> str:
+    """``text`` as a file-system-safe name: only ``[A-Za-z0-9._-]``, accents folded to ASCII,
+    every other run of characters (spaces, slashes, ``:``) replaced by one ``-``, no leading or
+    trailing ``.``/``-``/``_`` (so never ``.``, ``..`` or a hidden name), at most
+    :data:`MAX_NAME_LEN` characters; ``default`` when nothing is left."""
+    folded = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
+    name = _UNSAFE.sub("-", folded)
+    name = re.sub(r"-{2,}", "-", name).strip("._-")[:MAX_NAME_LEN].strip("._-")
+    return name or default
+
+
+def _runtime() -> str:
+    """How the process runs: ``apptainer``, ``docker`` (any OCI container started from an image
+    that sets ``MNISTBENCH_CONTAINER``) or ``local``."""
+    if os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER"):
+        return "apptainer"
+    if os.environ.get(CONTAINER_VAR):
+        return "docker"
+    return "local"
+
+
+def default_env_name() -> str:
+    """The environment name recorded with every cell: ``$MNISTBENCH_ENV`` when set, else the
+    short host name and the runtime, e.g. ``myhost-local`` or ``myhost-docker-mnistbench-cpu``
+    (image ``mnistbench:cpu``, registry path dropped); always passed through
+    :func:`safe_name`."""
+    explicit = os.environ.get(ENV_NAME_VAR, "").strip()
+    if explicit:
+        return safe_name(explicit)
+    host = safe_name(socket.gethostname().split(".")[0], default="host")
+    runtime = _runtime()
+    if runtime == "local":
+        return f"{host}-local"
+    image = os.environ.get(CONTAINER_VAR, "").strip().rsplit("/", 1)[-1]
+    parts = [host, runtime] + ([safe_name(image)] if image else [])
+    return safe_name("-".join(parts))
+
+
+def _run_git(args: list[str], cwd: Path) -> str | None:
+    """stdout of ``git ARGS`` in ``cwd``, stripped, or None on any failure or timeout."""
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")  # never take the index lock
+    try:
+        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=GIT_TIMEOUT_S, env=env, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+@functools.lru_cache(maxsize=1)
+def git_revision_from_checkout() -> str | None:
+    """The full commit hash of the git checkout holding this package's source, with ``-dirty``
+    when ``git status --porcelain`` lists changes; None when the package is not in a git
+    checkout (e.g. installed into site-packages) or git is missing. Cached per process."""
+    here = Path(__file__).resolve().parent
+    out = _run_git(["rev-parse", "--show-toplevel", "HEAD"], here)
+    if not out or len(out.splitlines()) != 2:
+        return None
+    top, rev = out.splitlines()
+    try:
+        here.relative_to(Path(top).resolve())
+    except ValueError:  # not our checkout
+        return None
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", rev):
+        return None
+    status = _run_git(["status", "--porcelain"], Path(top))
+    if status is None:
+        return rev
+    return f"{rev}-dirty" if status else rev
+
+
+def git_revision() -> str:
+    """The project's git revision: from the checkout, else ``$MNISTBENCH_GIT_REVISION``,
+    else ``""``."""
+    return git_revision_from_checkout() or os.environ.get(GIT_REVISION_VAR, "").strip()
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or ""
+
+
+@functools.lru_cache(maxsize=1)
+def _os_description() -> str:
+    """E.g. ``Debian GNU/Linux 12 (bookworm); Linux 6.1.0-18-amd64 x86_64``."""
+    kernel = " ".join(p for p in (platform.system(), platform.release(), platform.machine()) if p)
+    distro = ""
+    with contextlib.suppress(OSError, AttributeError):  # no os-release file, Python < 3.10
+        distro = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    return f"{distro}; {kernel}" if distro else kernel
+
+
+@functools.lru_cache(maxsize=1)
+def _nvidia_driver() -> str:
+    """NVIDIA driver version from NVML, ``""`` without a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # NVML missing, no driver, no permission: unknown
+        return ""
+    return version.decode() if isinstance(version, bytes) else str(version)
+
+
+def _torch_fields() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        import torch
+    except Exception:  # no torch: every torch field unknown
+        return out
+    out["torch"] = str(torch.__version__)
+    out["cuda"] = torch.version.cuda or ""
+    out["torch_threads"] = torch.get_num_threads()
+    out["gpu_count"] = 0
+    try:
+        if torch.cuda.is_available():
+            out["cudnn"] = str(torch.backends.cudnn.version() or "")
+            out["gpu_count"] = torch.cuda.device_count()
+            props = torch.cuda.get_device_properties(0)
+            out["gpu_name"] = props.name
+            out["gpu_memory_gb"] = round(props.total_memory / 2**30, 2)
+    except Exception:  # a broken CUDA setup must not stop the capture
+        pass
+    return out
+
+
+def _psutil_fields() -> dict[str, Any]:
+    try:
+        import psutil
+    except Exception:
+        return {"cpu_cores_logical": os.cpu_count()}
+    out: dict[str, Any] = {}
+    for key, logical in (("cpu_cores_logical", True), ("cpu_cores_physical", False)):
+        try:
+            out[key] = psutil.cpu_count(logical=logical)
+        except Exception:
+            out[key] = None
+    try:
+        out["memory_gb"] = round(psutil.virtual_memory().total / 2**30, 2)
+    except Exception:
+        out["memory_gb"] = None
+    return out
+
+
+def _safe(func, default):
+    try:
+        return func()
+    except Exception:
+        return default
+
+
+def capture() -> dict[str, Any]:
+    """The environment of this process, with exactly the keys of
+    :data:`mnistbench.schema.ENV_FIELDS`; never raises."""
+    env = os.environ
+    info: dict[str, Any] = {
+        "hostname": _safe(socket.gethostname, ""),
+        "os": _safe(_os_description, ""),
+        "python": platform.python_version(),
+        "cpu_model": _safe(_cpu_model, ""),
+        "gpu_driver": _safe(_nvidia_driver, ""),
+        "git_revision": _safe(git_revision, ""),
+        "mnistbench": __version__,
+        "container": env.get(CONTAINER_VAR, ""),
+        "slurm_job_id": env.get("SLURM_JOB_ID", ""),
+        "slurm_partition": env.get("SLURM_JOB_PARTITION", ""),
+        "slurm_node": env.get("SLURMD_NODENAME", ""),
+    }
+    info.update(_safe(_torch_fields, {}))
+    info.update(_safe(_psutil_fields, {}))
+    return {key: info.get(key, None if key in NUMERIC_FIELDS else "") for key in ENV_FIELDS}

@@ -1,0 +1,181 @@
+"""Tests of mnistbench.sysinfo: the environment capture, git revision, env names."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mnistbench import __version__, schema, sysinfo
+
+REPO = Path(__file__).resolve().parents[1]
+ENV_VARS = ("MNISTBENCH_ENV", "MNISTBENCH_CONTAINER", "MNISTBENCH_GIT_REVISION", "SLURM_JOB_ID",
+            "SLURM_JOB_PARTITION", "SLURMD_NODENAME", "APPTAINER_CONTAINER",
+            "SINGULARITY_CONTAINER")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch):
+    """Run every test without the variables sysinfo reads, whatever the caller's shell set."""
+    for name in ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_capture_has_exactly_the_schema_keys_and_serialises():
+    """capture() returns every ENV_FIELDS key, in order, with JSON-serialisable plain values."""
+    info = sysinfo.capture()
+    assert list(info) == list(schema.ENV_FIELDS)
+    assert json.loads(json.dumps(info)) == info
+    for key, value in info.items():
+        if key in sysinfo.NUMERIC_FIELDS:
+            assert value is None or (isinstance(value, int | float)
+                                     and not isinstance(value, bool)), key
+        else:
+            assert isinstance(value, str), key
+
+
+def test_capture_values_describe_this_machine():
+    """Versions, cores and memory match what Python, torch and psutil report here."""
+    import platform
+
+    import psutil
+    import torch
+
+    info = sysinfo.capture()
+    assert info["python"] == platform.python_version()
+    assert info["torch"] == torch.__version__
+    assert info["cuda"] == (torch.version.cuda or "")
+    assert info["torch_threads"] == torch.get_num_threads()
+    assert info["cpu_cores_logical"] == psutil.cpu_count()
+    assert info["memory_gb"] == pytest.approx(psutil.virtual_memory().total / 2**30, abs=0.01)
+    assert info["mnistbench"] == __version__
+    assert info["cpu_model"]
+    assert platform.release() in info["os"]
+    if not torch.cuda.is_available():
+        assert (info["cudnn"], info["gpu_name"], info["gpu_count"], info["gpu_memory_gb"]) == (
+            "", "", 0, None)
+    else:
+        assert info["gpu_count"] >= 1 and info["gpu_name"] and info["gpu_memory_gb"] > 0
+        assert info["cudnn"] and info["gpu_driver"]
+
+
+def test_capture_is_fast_even_with_cold_caches():
+    """A capture with its caches cleared (git run again) stays well under a second."""
+    import torch  # noqa: F401  (the trainer has imported it already; exclude its import time)
+
+    sysinfo.capture()
+    sysinfo.git_revision_from_checkout.cache_clear()
+    start = time.perf_counter()
+    sysinfo.capture()
+    cold = time.perf_counter() - start
+    start = time.perf_counter()
+    sysinfo.capture()
+    warm = time.perf_counter() - start
+    assert cold < 1.0
+    assert warm < 0.3
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(),
+                    reason="needs git and a git checkout of the project")
+def test_git_revision_matches_head():
+    """The recorded revision is this checkout's HEAD, optionally marked -dirty."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    sysinfo.git_revision_from_checkout.cache_clear()
+    revision = sysinfo.capture()["git_revision"]
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", revision)
+    assert revision.removesuffix("-dirty") == head
+
+
+def test_git_revision_falls_back_to_env_var_then_empty(monkeypatch):
+    """Outside a git checkout the revision is $MNISTBENCH_GIT_REVISION, else empty."""
+    monkeypatch.setattr(sysinfo, "git_revision_from_checkout", lambda: None)
+    assert sysinfo.capture()["git_revision"] == ""
+    monkeypatch.setenv("MNISTBENCH_GIT_REVISION", "0123abc")
+    assert sysinfo.capture()["git_revision"] == "0123abc"
+
+
+def test_run_git_outside_a_repository_gives_none(tmp_path):
+    """git run in a folder that is no checkout yields None instead of raising."""
+    assert sysinfo._run_git(["rev-parse", "HEAD"], tmp_path) is None
+    assert sysinfo._run_git(["rev-parse", "HEAD"], tmp_path / "missing") is None
+
+
+def test_container_and_slurm_come_from_env_vars(monkeypatch):
+    """MNISTBENCH_CONTAINER and the SLURM variables are recorded as given."""
+    monkeypatch.setenv("MNISTBENCH_CONTAINER", "ghcr.io/me/mnistbench:cuda")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "gpu")
+    monkeypatch.setenv("SLURMD_NODENAME", "node07")
+    info = sysinfo.capture()
+    assert info["container"] == "ghcr.io/me/mnistbench:cuda"
+    assert (info["slurm_job_id"], info["slurm_partition"], info["slurm_node"]) == (
+        "4242", "gpu", "node07")
+
+
+def test_capture_never_raises_without_torch(monkeypatch):
+    """With torch unimportable the torch fields are empty and the rest is still captured."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    info = sysinfo.capture()
+    assert list(info) == list(schema.ENV_FIELDS)
+    assert (info["torch"], info["cuda"], info["cudnn"], info["gpu_name"]) == ("", "", "", "")
+    assert info["torch_threads"] is None and info["gpu_count"] is None
+    assert info["python"] and info["hostname"] is not None
+
+
+def test_default_env_name_local_and_containers(monkeypatch):
+    """The default name is the short host name plus the runtime and image, sanitised."""
+    monkeypatch.setattr(sysinfo.socket, "gethostname", lambda: "My Host.example.org")
+    assert sysinfo.default_env_name() == "My-Host-local"
+    monkeypatch.setenv("MNISTBENCH_CONTAINER", "ghcr.io/me/mnistbench:cpu")
+    assert sysinfo.default_env_name() == "My-Host-docker-mnistbench-cpu"
+    monkeypatch.setenv("APPTAINER_CONTAINER", "/scratch/mnistbench.sif")
+    assert sysinfo.default_env_name() == "My-Host-apptainer-mnistbench-cpu"
+
+
+def test_default_env_name_prefers_mnistbench_env(monkeypatch):
+    """$MNISTBENCH_ENV wins over the host name and is itself made safe."""
+    monkeypatch.setenv("MNISTBENCH_CONTAINER", "mnistbench:cpu")
+    monkeypatch.setenv("MNISTBENCH_ENV", "laptop-native")
+    assert sysinfo.default_env_name() == "laptop-native"
+    monkeypatch.setenv("MNISTBENCH_ENV", "../../etc")
+    assert sysinfo.default_env_name() == "etc"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("plain-name_1.0", "plain-name_1.0"),
+    ("a b/c\\d", "a-b-c-d"),
+    ("../../etc/passwd", "etc-passwd"),
+    ("..", "unknown"),
+    (".hidden", "hidden"),
+    ("", "unknown"),
+    ("   ", "unknown"),
+    ("Ünïcode café", "Unicode-cafe"),
+    ("日本語", "unknown"),
+    ("nul\x00byte\nnewline", "nul-byte-newline"),
+    ("img:tag@sha256", "img-tag-sha256"),
+])
+def test_safe_name_sanitises_hostile_names(text, expected):
+    """safe_name folds accents, replaces unsafe runs by '-', strips dots and falls back."""
+    assert sysinfo.safe_name(text) == expected
+
+
+@pytest.mark.parametrize("text", ["x" * 500, "../" * 60, "a/" * 80 + ".", "-_." * 50 + "ok",
+                                  "\u202eevil\u202d", "C:\\Windows\\system32"])
+def test_safe_name_output_is_always_a_safe_path_component(text):
+    """Whatever the input, the result is a short, non-hidden, single path component."""
+    name = sysinfo.safe_name(text)
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
+    assert len(name) <= sysinfo.MAX_NAME_LEN
+    assert name not in {".", ".."} and not name.startswith((".", "-"))
+
+
+def test_safe_name_default_is_configurable():
+    """The fallback for an empty result is the given default."""
+    assert sysinfo.safe_name("///", default="host") == "host"
