@@ -85,3 +85,41 @@ def test_build_model_is_seeded_and_leaves_global_rng_alone() -> None:
         assert torch.equal(pa, pb)
     c = model.build_model(8)
     assert not torch.equal(a.conv1.weight, c.conv1.weight)
+
+
+def _bf16_close(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal up to bf16 rounding of fp32 accumulations done in different orders."""
+    assert a.dtype == b.dtype == torch.bfloat16
+    torch.testing.assert_close(a.float(), b.float(), rtol=2**-7, atol=2**-7 * b.abs().max().item())
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: torch.nn.Conv2d(8, 16, 3), lambda: torch.nn.Linear(64, 32)])
+def test_emulated_bf16_matches_autocast_kernels(make, monkeypatch) -> None:
+    """Emulated bf16 layers give autocast's bf16 results, forward and backward."""
+    torch.manual_seed(0)
+    layer = make()
+    shape = (4, 8, 12, 12) if isinstance(layer, torch.nn.Conv2d) else (4, 64)
+    x = torch.randn(shape)
+    fn = model.conv2d if isinstance(layer, torch.nn.Conv2d) else model.linear
+    results = []
+    for emulate in (True, False):
+        monkeypatch.setattr(model, "NATIVE_CPU_BF16", not emulate)
+        layer.zero_grad()
+        xi = x.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = fn(layer, xi)
+        out.float().square().sum().backward()
+        results.append((out.detach(), xi.grad, layer.weight.grad.clone()))
+    (out_e, gx_e, gw_e), (out_n, gx_n, gw_n) = results
+    _bf16_close(out_e, out_n)
+    torch.testing.assert_close(gx_e.float(), gx_n.float(), rtol=0.02, atol=0.02 * gx_n.abs().max())
+    torch.testing.assert_close(gw_e, gw_n, rtol=0.02, atol=0.02 * gw_n.abs().max().item())
+
+
+def test_layers_are_plain_outside_bf16_autocast() -> None:
+    """Without autocast, the helpers are exactly the layers' own calls."""
+    conv, fc = torch.nn.Conv2d(1, 4, 3), torch.nn.Linear(10, 3)
+    x, v = torch.randn(2, 1, 8, 8), torch.randn(2, 10)
+    assert torch.equal(model.conv2d(conv, x), conv(x))
+    assert torch.equal(model.linear(fc, v), fc(v))

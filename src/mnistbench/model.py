@@ -15,6 +15,12 @@ trains, computes the same function faster:
 
 - max-pool before the second ReLU: ReLU is monotone, so ``maxpool(relu(x)) ==
   relu(maxpool(x))`` exactly, and the ReLU then touches 4x fewer elements;
+- under bf16 autocast on a CPU without native bf16 instructions (no AVX512-BF16/AMX; PyTorch
+  then runs bf16 convolutions through a slow im2col fallback, about 10x slower than fp32), the
+  convolutions and linear layers take bf16-rounded operands, multiply and accumulate them in
+  fp32 with the fast fp32 kernels, and round the result to bf16: the numerics of bf16 hardware
+  (bf16 inputs, fp32 accumulation, bf16 output), rounding at the same points forward and
+  backward. Where the CPU has native bf16, or on CUDA, autocast's own kernels run;
 - dropout draws its keep-mask from random *bits* (p = 0.5 exactly: each bit of a uniform random
   integer is an independent fair coin), which costs far less than drawing one float per element
   as ``torch.nn.Dropout`` does. Same distribution (keep with probability 0.5, scale kept values
@@ -32,6 +38,43 @@ from torch.nn import functional as F
 
 FLAT_FEATURES = 9216  # 64 channels x 12 x 12 after the single 2x2 max-pool
 DROPOUT_P = 0.5
+
+
+#: Whether this CPU runs bf16 convolutions natively (oneDNN's AVX512-BF16 / AMX paths).
+NATIVE_CPU_BF16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def _emulate_bf16(x: torch.Tensor) -> bool:
+    """True inside CPU bf16 autocast on a CPU without native bf16 (see module docstring)."""
+    return (
+        not NATIVE_CPU_BF16
+        and x.device.type == "cpu"
+        and torch.is_autocast_enabled("cpu")
+        and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    )
+
+
+def _bf16_operands(*tensors: torch.Tensor) -> list[torch.Tensor]:
+    """Round to bf16 (as autocast would), then widen to fp32 for the arithmetic."""
+    return [t.to(torch.bfloat16).float() for t in tensors]
+
+
+def conv2d(layer: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)``, with bf16 numerics on fp32 kernels where bf16 is emulated."""
+    if not _emulate_bf16(x):
+        return layer(x)
+    with torch.autocast("cpu", enabled=False):
+        x, w, b = _bf16_operands(x, layer.weight, layer.bias)
+        return F.conv2d(x, w, b, layer.stride, layer.padding).to(torch.bfloat16)
+
+
+def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)``, with bf16 numerics on fp32 kernels where bf16 is emulated."""
+    if not _emulate_bf16(x):
+        return layer(x)
+    with torch.autocast("cpu", enabled=False):
+        x, w, b = _bf16_operands(x, layer.weight, layer.bias)
+        return F.linear(x, w, b).to(torch.bfloat16)
 
 
 class ReferenceNet(nn.Module):
@@ -86,12 +129,12 @@ class Net(ReferenceNet):
     """:class:`ReferenceNet`'s function, reformulated for speed (see module docstring)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.relu(self.conv1(x))
-        x = F.relu(F.max_pool2d(self.conv2(x), 2))
+        x = F.relu(conv2d(self.conv1, x))
+        x = F.relu(F.max_pool2d(conv2d(self.conv2, x), 2))
         x = torch.flatten(x, 1)
         x = bit_dropout(x, self.training)
-        x = F.relu(self.fc1(x))
-        return self.fc2(x)
+        x = F.relu(linear(self.fc1, x))
+        return linear(self.fc2, x)
 
 
 def build_model(seed: int) -> Net:
