@@ -1,0 +1,467 @@
+"""Tests of the Snakemake workflow (Snakefile, workflow/rules/*.smk, the config schema), all
+through the real ``snakemake`` command on tiny studies in temporary working directories:
+lint and format checks, the cell matrix of a dry run, config validation, a tiny end-to-end
+study (absent device, honest scheduling, aggregate, report), resuming after a lost or crashed
+cell, merging another environment's cells, and fetching through the workflow."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from mnistbench import aggregate, cost, data, schema
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SNAKEMAKE = BIN / "snakemake"
+SNAKEFILE = REPO / "Snakefile"
+CONFIG_SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+ENV = "wf-test"
+RUN_TIMEOUT_S = 600  # s, the most one snakemake run of these tests may take
+
+# Tiny, fast cells: a few synthetic samples, a couple of steps.
+TINY_EXPERIMENT = {"train_limit": 256, "test_limit": 128, "warmup_steps": 1}
+
+
+def tiny_config(data_dir: Path, workdir: Path, **overrides) -> dict:
+    """A study config on synthetic data with its own lock file; ``overrides`` replace keys."""
+    config = {
+        "env": ENV,
+        "data_dir": str(data_dir),
+        "default_mirrors": False,
+        "devices": ["cpu"],
+        "lock_file": str(workdir / "timed-cell.lock"),
+        "experiments": {
+            "convergence": {"loaders": ["resident"], "repeats": 1, "epochs": 1,
+                            **TINY_EXPERIMENT},
+            "sweep": {"batch_sizes": [32], "precisions": ["fp32"], "loaders": ["resident"],
+                      "repeats": 1, "max_steps": 2, **TINY_EXPERIMENT},
+        },
+    }
+    config.update(overrides)
+    return config
+
+
+def snakemake(workdir: Path, config: dict | None, *args: str, env: dict | None = None,
+              timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """Run ``snakemake ARGS`` on the project's Snakefile in ``workdir`` with ``config``
+    (written to workdir/config.yaml); stdout and stderr together in ``.stdout``."""
+    command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(workdir)]
+    if config is not None:
+        configfile = workdir / "config.yaml"
+        configfile.write_text(yaml.safe_dump(config), encoding="utf-8")
+        command += ["--configfile", str(configfile)]
+    return subprocess.run([*command, *args], capture_output=False, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                          env=env, check=False)
+
+
+def bench_jobs(output: str) -> dict[tuple[str, str, str], str]:
+    """The text of every bench job a snakemake run printed (its shell command with
+    --printshellcmds), keyed by (env, experiment, cell)."""
+    jobs = {}
+    for block in re.split(r"^\[[^\]\n]+\]$", output, flags=re.MULTILINE):
+        found = re.search(
+            r"^(?:local)?rule bench:$.*?wildcards: env=([^,\s]+), experiment=([^,\s]+), "
+            r"cell=([^,\s]+)", block, re.MULTILINE | re.DOTALL)
+        if found:
+            jobs[found.groups()] = block
+    return jobs
+
+
+def planned_cells(output: str) -> set[tuple[str, str, str]]:
+    """(env, experiment, cell) of every bench job in a snakemake run's output."""
+    return set(bench_jobs(output))
+
+
+def jobs_of_rule(output: str, rule: str) -> int:
+    """How many jobs of ``rule`` a snakemake run scheduled (0 when none)."""
+    return len(re.findall(rf"^(?:local)?rule {rule}:$", output, re.MULTILINE))
+
+
+def summaries(workdir: Path, env: str = ENV) -> dict[str, dict]:
+    """Every summary.json of ``env`` under workdir/results/runs, by experiment/cell."""
+    runs = workdir / "results" / "runs" / env
+    return {f"{p.parent.parent.name}/{p.parent.name}": json.loads(p.read_text())
+            for p in runs.glob(f"*/*/{schema.SUMMARY_FILE}")}
+
+
+def assert_no_overlap(cells: list[dict]) -> None:
+    """No two cells' [start_unix, end_unix] intervals intersect."""
+    spans = sorted((c["timing"]["start_unix"], c["timing"]["end_unix"], c["params"]["cell"])
+                   for c in cells)
+    for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+        assert end <= start, f"timed cells {first} and {second} overlapped"
+
+
+def max_concurrent_bench_jobs(output: str) -> int:
+    """The most bench jobs Snakemake had running at once, from its job start/finish lines."""
+    running: set[str] = set()
+    most = 0
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if re.fullmatch(r"(?:local)?rule bench:", line.strip()):
+            jobid = next(m.group(1) for m in (re.search(r"jobid: (\d+)", x) for x in lines[i:])
+                         if m)
+            running.add(jobid)
+            most = max(most, len(running))
+        finished = re.search(r"Finished jobid: (\d+) \(Rule: bench\)", line)
+        if finished:
+            running.discard(finished.group(1))
+    return most
+
+
+def cuda_usable() -> bool:
+    """Whether torch sees a CUDA GPU here (decides what the cuda cells must record)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# --------------------------------------------------------------------------- static checks
+def test_lint_reports_nothing():
+    """`snakemake --lint` on the default config finds nothing to complain about."""
+    proc = subprocess.run([str(SNAKEMAKE), "--lint"], cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout
+    assert "Lints for" not in proc.stdout
+
+
+def test_snakefmt_check_passes():
+    """`snakefmt --check .` leaves every Snakefile and .smk file unchanged."""
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # shfmt
+    proc = subprocess.run([str(BIN / "snakefmt"), "--check", "."], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_schema_defaults_are_the_reports_cost_model_and_shipped_configs_validate():
+    """An empty config gets the report's built-in cost model; config.yaml and quick.yaml
+    validate against the schema and their cost model passes the report's own check."""
+    empty: dict = {}
+    validate(empty, str(CONFIG_SCHEMA))
+    assert empty["cost"] == cost.DEFAULT_MODEL
+    assert empty["experiments"]["sweep"]["precisions"] == ["fp32", "tf32", "bf16", "fp16"]
+    for name in ("config.yaml", "quick.yaml"):
+        config = yaml.safe_load((REPO / "config" / name).read_text())
+        validate(config, str(CONFIG_SCHEMA))
+        cost.validate(config["cost"], source=name)
+
+
+def test_conda_env_pins_match_the_requirements():
+    """workflow/envs/mnistbench.yaml pins exactly the runtime and torch requirements."""
+    def pins(path: Path) -> set[str]:
+        lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+        return {line for line in lines if line and not line.startswith("-")}
+
+    env = yaml.safe_load((REPO / "workflow" / "envs" / "mnistbench.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    wanted = pins(REPO / "requirements" / "base.txt") | pins(REPO / "requirements" /
+                                                            "torch.txt")
+    assert set(pip) == wanted
+
+
+# --------------------------------------------------------------------------- dry runs
+def test_dry_run_plans_one_job_per_cell_with_its_flags(tmp_path, tiny_mnist):
+    """A dry run plans exactly the matrix's cells (tf32 left out on cpu) with their flags."""
+    config = tiny_config(tiny_mnist, tmp_path, devices=["cpu", "cuda"], seed=7, pin_memory=True)
+    config["experiments"]["convergence"]["repeats"] = 2
+    config["experiments"]["sweep"].update(batch_sizes=[32, 256], precisions=["fp32", "tf32"])
+    proc = snakemake(tmp_path, config, "--dry-run", "--printshellcmds", "--cores", "2")
+    assert proc.returncode == 0, proc.stdout
+    cells = {(exp, cell) for env, exp, cell in planned_cells(proc.stdout) if env == ENV}
+    assert cells == {
+        ("convergence", "cpu-fp32-resident-b128-r0"), ("convergence", "cuda-fp32-resident-b128-r0"),
+        ("convergence", "cpu-fp32-resident-b128-r1"), ("convergence", "cuda-fp32-resident-b128-r1"),
+        ("sweep", "cpu-fp32-resident-b32-r0"), ("sweep", "cpu-fp32-resident-b256-r0"),
+        ("sweep", "cuda-fp32-resident-b32-r0"), ("sweep", "cuda-fp32-resident-b256-r0"),
+        ("sweep", "cuda-tf32-resident-b32-r0"), ("sweep", "cuda-tf32-resident-b256-r0"),
+    }
+    assert jobs_of_rule(proc.stdout, "bench") == 10
+    jobs = {cell: text for (_, _, cell), text in bench_jobs(proc.stdout).items()}
+    tf32 = jobs["cuda-tf32-resident-b256-r0"]
+    for flags in ("--device cuda --precision tf32", "--batch-size 256 --loader resident",
+                  "--seed 7", "--pin-memory", "--max-steps 2", "--epochs 1",
+                  "--train-limit 256 --test-limit 128", f"--env {ENV}",
+                  "--experiment sweep --cell cuda-tf32-resident-b256-r0", "--repeat 0"):
+        assert flags in tf32, flags
+    assert "--seed 8" in jobs["cpu-fp32-resident-b128-r1"]  # repeat r runs with seed + r
+    assert "--repeat 1" in jobs["cpu-fp32-resident-b128-r1"]
+    assert not (tmp_path / "results").exists()  # a dry run writes nothing
+
+
+def test_devices_auto_without_a_visible_gpu_plans_cpu_cells_only(tmp_path, tiny_mnist):
+    """devices: auto with CUDA_VISIBLE_DEVICES="" plans cpu cells and no cuda cells."""
+    config = tiny_config(tiny_mnist, tmp_path, devices="auto")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "2", env=env)
+    assert proc.returncode == 0, proc.stdout
+    devices = {cell.split("-")[0] for _, _, cell in planned_cells(proc.stdout)}
+    assert devices == {"cpu"}
+
+
+def test_environment_name_is_reduced_to_safe_characters(tmp_path, tiny_mnist):
+    """config env 'lab box/1' becomes the folder name lab-box-1 under results/runs."""
+    config = tiny_config(tiny_mnist, tmp_path, env="lab box/1")
+    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1")
+    assert proc.returncode == 0, proc.stdout
+    assert {env for env, _, _ in planned_cells(proc.stdout)} == {"lab-box-1"}
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "allowed"),
+    [
+        ({"experiments": {"sweep": {"precisions": ["fp32", "fp64"]}}},
+         "experiments.sweep.precisions[1]", "['fp32', 'tf32', 'bf16', 'fp16']"),
+        ({"experiments": {"convergence": {"batch_size": -5}}},
+         "experiments.convergence.batch_size", "minimum of 1"),
+        ({"devices": ["cpu", "tpu"]}, "devices", "cpu, cuda"),
+        ({"cost": {"price_per_kwh": -1}}, "cost.price_per_kwh", "minimum of 0"),
+        ({"experiment": {}}, "(top level)", "'experiment' was unexpected"),
+    ],
+)
+def test_invalid_config_stops_before_anything_runs(tmp_path, tiny_mnist, change, key, allowed):
+    """A bad config value fails at once with one message naming the key and what is allowed,
+    and leaves no results behind."""
+    config = tiny_config(tiny_mnist, tmp_path)
+    for name, value in change.items():
+        if name == "experiments":
+            for experiment, values in value.items():
+                config["experiments"][experiment].update(values)
+        else:
+            config[name] = value
+    proc = snakemake(tmp_path, config, "--cores", "1")
+    assert proc.returncode != 0
+    message = next(line for line in proc.stdout.splitlines() if "invalid config key" in line)
+    assert f"invalid config key {key}:" in message
+    assert allowed in message
+    assert "config.schema.yaml" in message
+    assert not (tmp_path / "results").exists()
+
+
+# --------------------------------------------------------------------------- real runs
+@pytest.fixture(scope="module")
+def study(tmp_path_factory, tiny_mnist):
+    """A tiny study run to the report with --cores 2 and one core per bench job (so that only
+    the workflow's own limit keeps timed cells apart): cpu cells, plus cuda cells that this
+    machine may not be able to run. Returns (workdir, config, snakemake output)."""
+    workdir = tmp_path_factory.mktemp("study")
+    config = tiny_config(tiny_mnist, workdir, devices=["cpu", "cuda"])
+    config["experiments"]["convergence"]["epochs"] = 2
+    config["experiments"]["sweep"]["precisions"] = ["fp32", "fp16"]
+    proc = snakemake(workdir, config, "--cores", "2", "--set-threads", "bench=1")
+    assert proc.returncode == 0, proc.stdout
+    return workdir, config, proc.stdout
+
+
+@pytest.mark.slow
+def test_study_runs_every_cell_to_the_aggregated_tables(study):
+    """Every cell of the matrix has a summary; cuda cells record unavailable where this
+    machine has no usable GPU; summary.csv holds one row per cell; the cost model is the
+    config's."""
+    workdir, _, _ = study
+    cells = summaries(workdir)
+    assert set(cells) == {
+        "convergence/cpu-fp32-resident-b128-r0", "convergence/cuda-fp32-resident-b128-r0",
+        "sweep/cpu-fp32-resident-b32-r0", "sweep/cuda-fp32-resident-b32-r0",
+        "sweep/cuda-fp16-resident-b32-r0",
+    }
+    cuda_status = "ok" if cuda_usable() else "unavailable"
+    for name, summary in cells.items():
+        assert summary["status"] == ("ok" if name.split("/")[1].startswith("cpu")
+                                     else cuda_status), name
+        assert summary["params"]["env"] == ENV
+        assert summary["params"]["experiment"] == name.split("/")[0]
+    assert cells["convergence/cpu-fp32-resident-b128-r0"]["params"]["epochs"] == 2
+    assert cells["sweep/cpu-fp32-resident-b32-r0"]["params"]["max_steps"] == 2
+    tables = aggregate.load_tables(workdir / "results")
+    assert sorted(tables.summary["cell"]) == sorted(name.split("/")[1] for name in cells)
+    assert (workdir / "results" / "columns.csv").is_file()
+    model = json.loads((workdir / "results" / "cost_model.json").read_text())
+    assert model == cost.DEFAULT_MODEL
+    logs = workdir / "results" / "logs"
+    assert {p.stem for p in (logs / "runs" / ENV / "sweep").glob("*.log")} == {
+        name.split("/")[1] for name in cells if name.startswith("sweep/")}
+    assert (logs / "aggregate.log").is_file() and (logs / "cost_model.log").is_file()
+
+
+@pytest.mark.slow
+def test_timed_cells_never_overlap_under_two_cores(study):
+    """With --cores 2 and one thread per bench job, Snakemake still ran one timed cell at a
+    time, and no two cells' recorded [start_unix, end_unix] intervals overlap."""
+    workdir, _, output = study
+    assert max_concurrent_bench_jobs(output) == 1
+    assert jobs_of_rule(output, "bench") == 5
+    assert_no_overlap(list(summaries(workdir).values()))
+
+
+@pytest.mark.slow
+def test_cells_run_in_matrix_order(study):
+    """Timed cells start in the matrix's order (repeat, experiment, device, precision)."""
+    _, _, output = study
+    assert [f"{exp}/{cell}" for _, exp, cell in bench_jobs(output)] == [
+        "convergence/cpu-fp32-resident-b128-r0", "convergence/cuda-fp32-resident-b128-r0",
+        "sweep/cpu-fp32-resident-b32-r0", "sweep/cuda-fp32-resident-b32-r0",
+        "sweep/cuda-fp16-resident-b32-r0",
+    ]
+
+
+@pytest.mark.slow
+def test_report_and_snakemake_report_zip(study):
+    """The report rule wrote the HTML report and figures, and `snakemake --report` packs
+    them with the workflow description into a zip."""
+    workdir, config, _ = study
+    html = workdir / "results" / "report" / "index.html"
+    assert html.is_file() and html.stat().st_size > 0
+    assert "<html" in html.read_text(encoding="utf-8").lower()
+    proc = snakemake(workdir, config, "--report", "report.zip")
+    assert proc.returncode == 0, proc.stdout
+    with zipfile.ZipFile(workdir / "report.zip") as archive:
+        names = archive.namelist()
+    raw = [Path(name).name for name in names if name.startswith("report/data/raw/")]
+    figures = {p.name for p in (workdir / "results" / "report" / "figures").glob("*.png")}
+    assert figures, "the report rule wrote no figures"
+    assert "report/report.html" in names
+    assert sorted(raw) == sorted({"index.html", *figures})
+
+
+@pytest.mark.slow
+def test_rerun_redoes_only_a_missing_cell(study):
+    """Deleting one cell's summary.json makes the next `snakemake` (default target) redo that
+    cell alone, then the tables and the report, leaving every other cell's files untouched."""
+    workdir, config, _ = study
+    runs = workdir / "results" / "runs" / ENV
+    lost = runs / "sweep" / "cpu-fp32-resident-b32-r0" / schema.SUMMARY_FILE
+    others = {p: p.stat().st_mtime_ns for p in runs.glob(f"*/*/{schema.SUMMARY_FILE}")
+              if p != lost}
+    lost.unlink()
+    proc = snakemake(workdir, config, "--cores", "2")
+    assert proc.returncode == 0, proc.stdout
+    assert planned_cells(proc.stdout) == {(ENV, "sweep", "cpu-fp32-resident-b32-r0")}
+    assert jobs_of_rule(proc.stdout, "aggregate") == jobs_of_rule(proc.stdout, "report") == 1
+    assert lost.is_file()
+    assert {p: p.stat().st_mtime_ns for p in others} == others
+    proc = snakemake(workdir, config, "--cores", "2")
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_cells_copied_from_another_environment_merge(study):
+    """Copying another machine's results/runs/{env} in and rerunning merges its cells into
+    summary.csv without running any of them here."""
+    workdir, config, _ = study
+    runs = workdir / "results" / "runs"
+    other = runs / "other-box-docker"
+    shutil.copytree(runs / ENV, other)
+    for path in other.glob(f"*/*/{schema.SUMMARY_FILE}"):
+        summary = json.loads(path.read_text())
+        summary["params"]["env"] = other.name
+        path.write_text(json.dumps(summary))
+        os.utime(path, (1_000_000_000, 1_000_000_000))  # older than the data files
+    try:
+        proc = snakemake(workdir, config, "--cores", "2", "results/summary.csv")
+        assert proc.returncode == 0, proc.stdout
+        assert jobs_of_rule(proc.stdout, "bench") == 0
+        assert jobs_of_rule(proc.stdout, "aggregate") == 1
+        envs = list(aggregate.load_tables(workdir / "results").summary["env"])
+        assert envs.count(ENV) == envs.count(other.name) == 5
+    finally:
+        shutil.rmtree(other)
+
+
+@pytest.mark.slow
+def test_a_crashed_cell_fails_the_run_and_only_it_and_later_cells_rerun(tmp_path, tiny_mnist):
+    """Killing a cell's trainer is a normal job failure; the next run redoes that cell and the
+    ones not yet run, and keeps the cell that had finished."""
+    config = tiny_config(tiny_mnist, tmp_path)
+    config["experiments"]["convergence"]["enabled"] = False
+    config["experiments"]["sweep"]["batch_sizes"] = [16, 32, 64]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
+               "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",
+               "results/summary.csv"]
+    victim = "cpu-fp32-resident-b32-r0"
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as first:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        trainer = None
+        while trainer is None and time.monotonic() < deadline and first.poll() is None:
+            for child in psutil.Process(first.pid).children(recursive=True):
+                try:
+                    cmdline = child.cmdline()
+                except psutil.Error:
+                    continue
+                if "train" in cmdline and victim in cmdline:
+                    trainer = child
+            time.sleep(0.1)
+        assert trainer is not None, "the victim cell never started"
+        trainer.send_signal(signal.SIGKILL)
+        output, _ = first.communicate(timeout=RUN_TIMEOUT_S)
+    assert first.returncode != 0, output
+    runs = tmp_path / "results" / "runs" / ENV / "sweep"
+    done = runs / "cpu-fp32-resident-b16-r0" / schema.SUMMARY_FILE
+    assert done.is_file()
+    assert not (runs / victim / schema.SUMMARY_FILE).exists()
+    kept = done.stat().st_mtime_ns
+    proc = snakemake(tmp_path, None, "--configfile", str(tmp_path / "config.yaml"),
+                     "--cores", "2", "results/summary.csv")
+    assert proc.returncode == 0, proc.stdout
+    assert {cell for _, _, cell in planned_cells(proc.stdout)} == {
+        victim, "cpu-fp32-resident-b64-r0"}
+    assert done.stat().st_mtime_ns == kept
+
+
+@pytest.mark.slow
+def test_two_concurrent_studies_share_the_machine_lock(tmp_path, tiny_mnist):
+    """Two Snakemake invocations in different folders, started together, never time cells at
+    the same time: the lock file serialises them."""
+    lock = tmp_path / "shared.lock"
+    procs = []
+    for name in ("a", "b"):
+        workdir = tmp_path / name
+        workdir.mkdir()
+        config = tiny_config(tiny_mnist, workdir, lock_file=str(lock))
+        config["experiments"]["convergence"]["enabled"] = False
+        (workdir / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
+                   "--configfile", str(workdir / "config.yaml"), "--cores", "1",
+                   "results/summary.csv"]
+        procs.append(subprocess.Popen(command, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    for proc in procs:
+        output, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        assert proc.returncode == 0, output
+    cells = [s for name in ("a", "b") for s in summaries(tmp_path / name).values()]
+    assert len(cells) == 2
+    assert_no_overlap(cells)
+
+
+@pytest.mark.slow
+def test_fetch_rule_fills_data_dir_from_an_offline_mirror(tmp_path, real_mnist_mirror):
+    """With data_dir empty, the fetch rule fetches the four verified files from `mirrors`
+    (public mirrors off) and logs under results/logs; other mirrors later fetch nothing."""
+    dest = tmp_path / "resources" / "mnist"
+    config = tiny_config(dest, tmp_path, mirrors=[str(real_mnist_mirror)])
+    proc = snakemake(tmp_path, config, "--cores", "1", *(str(dest / n) for n in data.FILES))
+    assert proc.returncode == 0, proc.stdout
+    for name in data.FILES:
+        assert data.md5_file(dest / name) == data.MD5[name]
+    assert (tmp_path / "results" / "logs" / "fetch.log").is_file()
+    config["mirrors"] = ["https://mirror.invalid/mnist/"]  # where from is not a rerun trigger
+    proc = snakemake(tmp_path, config, "--cores", "1", *(str(dest / n) for n in data.FILES))
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout, proc.stdout

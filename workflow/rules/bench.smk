@@ -1,0 +1,74 @@
+# Stage 2: the timed cells. One job per cell of the matrix (common.smk), in matrix order
+# (priority), never two at once (resource timed_cell = 1, plus a machine-wide flock). The rule
+# says WHAT and WHERE; `mnistbench train` does the timing and writes summary.json,
+# epochs.csv and resources.csv atomically into the cell's folder.
+#
+# Exit codes: 0 ok; 10 unavailable (device absent), 11 oom, 12 failed. For 10-12 the summary
+# is still written with that status, so the job succeeds and the study goes on; any other
+# exit (a crash, a kill) is a normal failure and the next run redoes only that cell.
+
+
+rule bench:
+    input:
+        data=ancient(DATA_FILES),
+    output:
+        summary="results/runs/{env}/{experiment}/{cell}/summary.json",
+        epochs="results/runs/{env}/{experiment}/{cell}/epochs.csv",
+        resources="results/runs/{env}/{experiment}/{cell}/resources.csv",
+    log:
+        "results/logs/runs/{env}/{experiment}/{cell}.log",
+    wildcard_constraints:
+        env=re.escape(ENV),
+        experiment="|".join(EXPERIMENTS),
+        cell="[A-Za-z0-9._-]+",
+    priority: cell_priority
+    conda:
+        "../envs/mnistbench.yaml"
+    threads: MACHINE_CORES
+    resources:
+        timed_cell=1,
+    params:
+        launcher=cell_launcher,
+        lock=TIMING_LOCK,
+        out=lambda wildcards, output: os.path.dirname(output.summary),
+        data=lambda wildcards, input: os.path.dirname(input.data[0]),
+        device=cell_param("device"),
+        precision=cell_param("precision"),
+        batch_size=cell_param("batch_size"),
+        loader=cell_param("loader"),
+        epochs=cell_param("epochs"),
+        lr=cell_param("lr"),
+        seed=cell_param("seed"),
+        repeat=cell_param("repeat"),
+        warmup_steps=cell_param("warmup_steps"),
+        max_steps=cell_param("max_steps"),
+        train_limit=cell_param("train_limit"),
+        test_limit=cell_param("test_limit"),
+        threads=config["threads"],
+        workers=config["workers"],
+        pin_memory=pin_memory_flag(),
+    shell:
+        """
+        status=0
+        (
+            unset OMP_NUM_THREADS MKL_NUM_THREADS OPENBLAS_NUM_THREADS GOTO_NUM_THREADS \\
+            VECLIB_MAXIMUM_THREADS NUMEXPR_NUM_THREADS
+            flock 9 || exit 1
+            {params.launcher} train --device {params.device} --precision {params.precision} \\
+            --batch-size {params.batch_size} --loader {params.loader} \\
+            --epochs {params.epochs} --lr {params.lr} --seed {params.seed} \\
+            --threads {params.threads} --workers {params.workers} {params.pin_memory} \\
+            --warmup-steps {params.warmup_steps} --max-steps {params.max_steps} \\
+            --train-limit {params.train_limit} --test-limit {params.test_limit} \\
+            --data {params.data:q} --out {params.out:q} --env {wildcards.env} \\
+            --experiment {wildcards.experiment} --cell {wildcards.cell} \\
+            --repeat {params.repeat} --quiet
+        ) 9<{params.lock:q} >{log} 2>&1 || status=$?
+        case $status in
+            0) ;;
+            10 | 11 | 12)
+                echo "exit $status (10 unavailable, 11 oom, 12 failed): see {output.summary}" >>{log}
+                ;;
+            *) exit $status ;;
+        esac
+        """
