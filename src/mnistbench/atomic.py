@@ -13,6 +13,17 @@ from pathlib import Path
 from typing import IO
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: Mode of every output file: what a plain ``open()`` would give (mkstemp's default is 0600,
+#: which would hide reports and tables from a web server or other users).
+FILE_MODE = 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_open(path: Path | str, mode: str = "w", **kwargs) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; rename it to ``path`` on success,
@@ -21,6 +32,7 @@ def atomic_open(path: Path | str, mode: str = "w", **kwargs) -> Iterator[IO]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
             handle.flush()

@@ -1,0 +1,336 @@
+"""Merge every cell of a study into tidy tables.
+
+:func:`aggregate` walks ``RUNS/{env}/{experiment}/{cell}/summary.json`` and writes, into
+``OUT_DIR``:
+
+- ``summary.csv``: one row per cell, columns :func:`mnistbench.schema.summary_columns`
+  (identity, status, reason, every param, result, timing and environment field);
+- ``epochs.csv``: long format, :data:`~mnistbench.schema.ID_COLUMNS` + :data:`KEY_PARAMS` +
+  :data:`~mnistbench.schema.EPOCH_COLUMNS`;
+- ``resources.csv``: the same prefix + :data:`~mnistbench.schema.RESOURCE_COLUMNS`;
+- ``columns.csv``: ``file, name, unit, description`` of every column of the three tables,
+  so the units travel with the data.
+
+Every input is read and checked before anything is written, and each file is written
+atomically, so a bad input leaves no partial outputs. Cells copied in from other machines
+(``RUNS/{other env}``) merge into the same tables. :func:`load_tables` reads them back with
+the right types for the report.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import atomic, schema
+
+#: Params repeated in front of every epochs.csv / resources.csv row (after the id columns).
+KEY_PARAMS = ("device", "precision", "loader", "batch_size", "repeat")
+
+SUMMARY_CSV = "summary.csv"
+EPOCHS_CSV = "epochs.csv"
+RESOURCES_CSV = "resources.csv"
+COLUMNS_CSV = "columns.csv"
+
+_SECTIONS = {
+    "params": schema.PARAM_FIELDS,
+    "env": schema.ENV_FIELDS,
+    "timing": schema.TIMING_FIELDS,
+    "results": schema.RESULT_FIELDS,
+}
+_TOP_KEYS = ("schema_version", "status", "reason", *_SECTIONS)
+_FIX = ("delete that cell folder and run the cell again (or run the workflow again, which "
+        "reruns missing cells)")
+
+#: Columns read back as text; every other column of the tables is numeric.
+TEXT_COLUMNS = frozenset(
+    {*schema.ID_COLUMNS, "status", "reason", "device", "precision", "loader", "stage",
+     "pin_memory", "compile", "cuda_graphs", *schema.ENV_FIELDS}
+    | {k for k, (unit, _) in schema.TIMING_FIELDS.items() if unit == "ISO 8601"})
+
+
+class AggregateError(Exception):
+    """The runs folder or one of its cells cannot be aggregated; the message names the file
+    and the fix."""
+
+
+def epoch_columns() -> list[str]:
+    """Columns of the aggregated epochs.csv."""
+    return [*schema.ID_COLUMNS, *KEY_PARAMS, *schema.EPOCH_COLUMNS]
+
+
+def resource_columns() -> list[str]:
+    """Columns of the aggregated resources.csv."""
+    return [*schema.ID_COLUMNS, *KEY_PARAMS, *schema.RESOURCE_COLUMNS]
+
+
+def aggregate(runs: Path, out_dir: Path) -> list[Path]:
+    """Aggregate every cell under ``runs`` into ``out_dir``; return the four written paths.
+
+    Cell folders without ``summary.json`` are incomplete (still running, or killed) and are
+    skipped with a warning on stderr. Raises :class:`AggregateError` for an empty or missing
+    runs folder, an unreadable or inconsistent ``summary.json`` / CSV, or a schema version
+    other than :data:`mnistbench.schema.SCHEMA_VERSION`.
+    """
+    runs = Path(runs)
+    out_dir = Path(out_dir)
+    if not runs.is_dir():
+        raise AggregateError(
+            f"runs folder {runs} does not exist. Run the study first (snakemake, or "
+            f"`mnistbench train --out {runs}/ENV/EXPERIMENT/CELL`), or pass the folder that "
+            "holds ENV/EXPERIMENT/CELL/summary.json.")
+    # Hidden folders (.snakemake, editor and sync droppings) are not cells.
+    cell_dirs = sorted(p for p in runs.glob("*/*/*") if p.is_dir()
+                       and not any(part.startswith(".") for part in p.relative_to(runs).parts))
+    summary_rows: list[dict] = []
+    epoch_rows: list[list[str]] = []
+    resource_rows: list[list[str]] = []
+    skipped = 0
+    for cell_dir in cell_dirs:
+        summary_path = cell_dir / schema.SUMMARY_FILE
+        if not summary_path.exists():
+            skipped += 1
+            print(f"mnistbench aggregate: warning: skipping incomplete cell {cell_dir} "
+                  f"(no {schema.SUMMARY_FILE}; it is still running or was interrupted)",
+                  file=sys.stderr)
+            continue
+        cell = _read_summary(summary_path)
+        summary_rows.append(_flatten(cell))
+        prefix = [str(cell.params[k]) for k in schema.ID_COLUMNS]
+        prefix += [_csv_value(cell.params[k]) for k in KEY_PARAMS]
+        epochs_path = cell_dir / schema.EPOCHS_FILE
+        if cell.status == "ok" and not epochs_path.exists():
+            raise AggregateError(
+                f"{epochs_path} is missing although {summary_path} says status ok. The cell "
+                f"is damaged: {_FIX}.")
+        epoch_rows += _read_csv(epochs_path, schema.EPOCH_COLUMNS, prefix)
+        resource_rows += _read_csv(cell_dir / schema.RESOURCES_FILE, schema.RESOURCE_COLUMNS,
+                                   prefix)
+    if not summary_rows:
+        found = (f"{len(cell_dirs)} cell folders, all incomplete" if skipped
+                 else "no cell folders")
+        raise AggregateError(
+            f"nothing to aggregate in {runs}: {found}. Expected "
+            f"{runs}/ENV/EXPERIMENT/CELL/{schema.SUMMARY_FILE}; run the study first, or copy "
+            f"another machine's results/runs/ENV folder into {runs}.")
+
+    written = [
+        atomic.write_csv(out_dir / SUMMARY_CSV, schema.summary_columns(), summary_rows),
+        _write_rows(out_dir / EPOCHS_CSV, epoch_columns(), epoch_rows),
+        _write_rows(out_dir / RESOURCES_CSV, resource_columns(), resource_rows),
+        atomic.write_csv(out_dir / COLUMNS_CSV, ("file", "name", "unit", "description"),
+                         column_rows()),
+    ]
+    return written
+
+
+@dataclass(frozen=True)
+class _Cell:
+    status: str
+    reason: str
+    params: dict
+    sections: dict
+
+
+def _read_summary(path: Path) -> _Cell:
+    """Parse and check one summary.json against the schema."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AggregateError(f"cannot read {path}: {exc}. The file is corrupt or truncated: "
+                             f"{_FIX}.") from None
+    if not isinstance(data, dict):
+        raise AggregateError(f"{path} is not a JSON object but {type(data).__name__}: {_FIX}.")
+    version = data.get("schema_version")
+    if version != schema.SCHEMA_VERSION:
+        raise AggregateError(
+            f"{path} has schema_version {version!r}, but this mnistbench reads schema version "
+            f"{schema.SCHEMA_VERSION}. Aggregate it with the mnistbench version that wrote it, "
+            "or rerun the cell with this version.")
+    missing = [k for k in _TOP_KEYS if k not in data]
+    if missing:
+        raise AggregateError(f"{path} lacks the key(s) {', '.join(missing)} (expected "
+                             f"{', '.join(_TOP_KEYS)}): {_FIX}.")
+    status = data["status"]
+    if status not in schema.STATUSES:
+        raise AggregateError(f"{path} has status {status!r}; allowed: "
+                             f"{', '.join(schema.STATUSES)}: {_FIX}.")
+    sections = {}
+    for name, fields in _SECTIONS.items():
+        block = data[name]
+        if not isinstance(block, dict):
+            raise AggregateError(f"{path}: {name!r} must be a JSON object, got "
+                                 f"{type(block).__name__}: {_FIX}.")
+        unknown = sorted(set(block) - set(fields))
+        if unknown:
+            raise AggregateError(
+                f"{path}: unknown {name} key(s) {', '.join(unknown)}; allowed: "
+                f"{', '.join(fields)}. The trainer and mnistbench.schema disagree: add the "
+                "field to schema.py (and bump SCHEMA_VERSION) or rerun the cell.")
+        # params identify the cell and ok cells must be complete; the other blocks of a
+        # cell that did not run may leave fields out (read as empty).
+        if name == "params" or (status == "ok" and name != "env"):
+            absent = [k for k in fields if k not in block]
+            if absent:
+                raise AggregateError(f"{path}: {name} lacks {', '.join(absent)}: {_FIX}.")
+        sections[name] = block
+    params = sections["params"]
+    cell_dir = path.parent
+    ids = (cell_dir.parent.parent.name, cell_dir.parent.name, cell_dir.name)
+    for key, folder in zip(schema.ID_COLUMNS, ids, strict=True):
+        if str(params[key]) != folder:
+            raise AggregateError(
+                f"{path} says {key} {params[key]!r} but lives in folder {folder!r}. Cells must "
+                f"sit at RUNS/ENV/EXPERIMENT/CELL matching their params: move the folder to "
+                f"the matching place or rerun the cell there.")
+    reason = data["reason"]
+    return _Cell(status=status, reason="" if reason is None else str(reason), params=params,
+                 sections=sections)
+
+
+def _csv_value(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def _flatten(cell: _Cell) -> dict:
+    row: dict[str, object] = {"status": cell.status, "reason": cell.reason}
+    for name in ("params", "results", "timing", "env"):
+        for key, value in cell.sections[name].items():
+            row[key] = value
+    return row
+
+
+def _read_csv(path: Path, columns: Mapping[str, object], prefix: list[str]) -> list[list[str]]:
+    """The rows of one cell's CSV (absent or empty: none), each with ``prefix`` in front."""
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None:
+                return []
+            if sorted(header) != sorted(columns):
+                missing = [c for c in columns if c not in header]
+                extra = [c for c in header if c not in columns]
+                raise AggregateError(
+                    f"{path} has an unexpected header (missing: {', '.join(missing) or '-'}; "
+                    f"unknown: {', '.join(extra) or '-'}; expected: {', '.join(columns)}). "
+                    f"The trainer and mnistbench.schema disagree, or the file is damaged: "
+                    f"{_FIX}.")
+            order = [header.index(c) for c in columns]
+            rows = []
+            for line_no, record in enumerate(reader, start=2):
+                if not record:
+                    continue
+                if len(record) != len(header):
+                    raise AggregateError(
+                        f"{path} line {line_no} has {len(record)} fields, expected "
+                        f"{len(header)}; the file is truncated or damaged: {_FIX}.")
+                rows.append(prefix + [record[i] for i in order])
+            return rows
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise AggregateError(f"cannot read {path}: {exc}: {_FIX}.") from None
+
+
+def _write_rows(path: Path, columns: list[str], rows: list[list[str]]) -> Path:
+    with atomic.atomic_open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(columns)
+        writer.writerows(rows)
+    return path
+
+
+def column_rows() -> list[dict[str, str]]:
+    """``file, name, unit, description`` of every column of the aggregated tables."""
+    described: dict[str, tuple[str, str]] = {}
+    for table in (schema.PARAM_FIELDS, schema.RESULT_FIELDS, schema.TIMING_FIELDS,
+                  schema.ENV_FIELDS):
+        described.update(table)
+    described.setdefault("status", ("", "cell status: " + ", ".join(schema.STATUSES)))
+    described.setdefault("reason", ("", "why the cell is not ok (empty when ok)"))
+    rows = [{"file": SUMMARY_CSV, "name": c, "unit": described[c][0],
+             "description": described[c][1]} for c in schema.summary_columns()]
+    for file, tail in ((EPOCHS_CSV, schema.EPOCH_COLUMNS),
+                       (RESOURCES_CSV, schema.RESOURCE_COLUMNS)):
+        for c in (*schema.ID_COLUMNS, *KEY_PARAMS):
+            rows.append({"file": file, "name": c, "unit": schema.PARAM_FIELDS[c][0],
+                         "description": schema.PARAM_FIELDS[c][1]})
+        rows += [{"file": file, "name": c, "unit": u, "description": d}
+                 for c, (u, d) in tail.items()]
+    return rows
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The aggregated tables as pandas DataFrames (text columns as str, the rest numeric)."""
+
+    summary: object
+    epochs: object
+    resources: object
+
+
+def load_tables(results: Path) -> Tables:
+    """Read summary.csv, epochs.csv and resources.csv from ``results``; raise
+    :class:`AggregateError` naming the file when one is missing or has the wrong columns."""
+    import pandas as pd
+
+    results = Path(results)
+    frames = []
+    for name, expected in ((SUMMARY_CSV, schema.summary_columns()),
+                           (EPOCHS_CSV, epoch_columns()),
+                           (RESOURCES_CSV, resource_columns())):
+        path = results / name
+        if not path.is_file():
+            raise AggregateError(
+                f"{path} does not exist. Run `mnistbench aggregate RUNS --out-dir {results}` "
+                "first (or pass --results with the folder that holds the aggregated CSVs).")
+        try:
+            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+            raise AggregateError(f"cannot read {path}: {exc}. Rerun `mnistbench aggregate`."
+                                 ) from None
+        except pd.errors.EmptyDataError:
+            frame = pd.DataFrame(columns=expected)
+        missing = [c for c in expected if c not in frame.columns]
+        if missing:
+            raise AggregateError(
+                f"{path} lacks the column(s) {', '.join(missing)}; it was written by another "
+                "mnistbench version or edited. Rerun `mnistbench aggregate`.")
+        for column in frame.columns:
+            if column not in TEXT_COLUMNS:
+                frame[column] = pd.to_numeric(frame[column], errors="coerce")
+            else:
+                frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+        frames.append(frame)
+    return Tables(*frames)
+
+
+#: The blog's settings the headline is about: batch size (samples), precision, epochs.
+BLOG_SETTINGS = {"batch_size": 128, "precision": "fp32", "epochs": 10}
+
+
+def blog_cells(summary):
+    """(ok cells at the blog's settings, where they come from) from a summary DataFrame.
+
+    The convergence experiment runs the blog's settings; its ok cells with batch 128 and fp32
+    are used (all its ok cells if none match). Without convergence cells, ok sweep cells at
+    batch 128 and fp32 stand in (shorter runs). Empty frame when there are none.
+    """
+    ok = summary[summary["status"] == "ok"]
+    blog = ((ok["batch_size"] == BLOG_SETTINGS["batch_size"])
+            & (ok["precision"] == BLOG_SETTINGS["precision"]))
+    conv = ok["experiment"] == "convergence"
+    if (conv & blog).any():
+        return ok[conv & blog], "convergence experiment"
+    if conv.any():
+        return ok[conv], "convergence experiment (not at batch 128 / fp32)"
+    sweep = ok["experiment"] == "sweep"
+    if (sweep & blog).any():
+        return ok[sweep & blog], "sweep experiment at batch 128, fp32 (short runs: no " \
+                                 "convergence cells)"
+    return ok.iloc[0:0], "no ok cells at the blog's settings"

@@ -1,0 +1,442 @@
+"""What a training run costs on each device, and when a GPU pays for itself.
+
+The cost model is a YAML or JSON document (:data:`DEFAULT_MODEL` is the built-in one; the
+workflow's config.yaml mirrors it)::
+
+    currency: EUR              # printed after every amount
+    price_per_kwh: 0.30        # currency per kWh of electricity
+    runs: 100                  # N: the table also shows the cost of N runs
+    wait_value_per_hour: 20.0  # currency per hour of waiting for a result (0: time is free)
+    target_accuracy: 98.0      # %, test accuracy of the "cost to reach the target" column
+    devices:
+      cpu:
+        system_power_w: 180      # W, whole-system wall power while training, used when the
+                                 #   study measured no energy
+        unmeasured_power_w: 60   # W, added to measured counters for what they do not see
+        hardware_price: 1200     # currency, the machine a CPU run occupies
+        life_years: 4            # years over which the hardware is written off
+        hours_per_year: 2000     # h of use per year
+      cuda:
+        system_power_w: 600
+        unmeasured_power_w: 120
+        hardware_price: 3000     # the same machine with the GPU in it
+        life_years: 4
+        hours_per_year: 2000
+
+Per environment, device and loader, from the convergence cells (the blog's settings), with
+medians over repeats:
+
+- time per run: ``timed_s + warmup_s + overhead_s`` (the whole process: start-up, data,
+  warm-up, the timed epochs, writing), measured;
+- energy per run: when the counters were read (``gpu_energy_j`` for cuda, ``cpu_energy_j``
+  for cpu; on cuda ``cpu_energy_j`` is added when present), their average power over the
+  timed epochs plus ``unmeasured_power_w``, times the run time (measured + assumed); else
+  ``system_power_w`` times the run time (assumed). A GPU's board counter alone is not the
+  whole system: the CPU feeding it, RAM, board, fans and PSU losses are the remainder;
+- electricity: energy in kWh x ``price_per_kwh``;
+- hardware: ``hardware_price / (life_years x hours_per_year)`` per hour of run time;
+- waiting: ``wait_value_per_hour`` per hour of run time;
+- total per run and for ``runs`` runs;
+- cost to reach ``target_accuracy``: the same rates over the time until the end of the
+  first epoch whose test accuracy reaches the target (plus the run's overhead), median
+  over repeats; "not reached" when most repeats never reach it;
+- break-even (per environment and loader): runs after which the GPU machine's extra price,
+  ``cuda.hardware_price - cpu.hardware_price``, is paid back by what each GPU run saves in
+  electricity (and, second figure, electricity plus waiting): ``extra / saving per run``;
+  never (infinite) when the GPU run is not cheaper.
+
+Every figure carries its basis: ``measured`` (clocks and counters of the study),
+``assumed`` (inputs of the cost model) or ``mixed`` (both).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MEASURED = "measured"
+ASSUMED = "assumed"
+MIXED = "mixed"
+
+DEVICE_KEYS: dict[str, str] = {
+    "system_power_w": "W, whole-system wall power while training when no energy was measured",
+    "unmeasured_power_w": "W, power of what the energy counters do not see, added to them",
+    "hardware_price": "currency, price of the machine a run on this device occupies",
+    "life_years": "years over which the hardware is written off",
+    "hours_per_year": "hours of use per year",
+}
+TOP_KEYS: dict[str, str] = {
+    "currency": "currency name printed after amounts, e.g. EUR",
+    "price_per_kwh": "currency per kWh of electricity",
+    "runs": "N, the number of runs of the 'N runs' column",
+    "wait_value_per_hour": "currency per hour of waiting for a result (0: time is free)",
+    "target_accuracy": "%, test accuracy of the 'cost to reach the target' column",
+    "devices": "per device (cpu, cuda): " + ", ".join(DEVICE_KEYS),
+}
+COST_DEVICES = ("cpu", "cuda")
+
+#: The built-in cost model: an i7-12700K desktop, and the same desktop with an RTX 4090.
+DEFAULT_MODEL: dict = {
+    "currency": "EUR",
+    "price_per_kwh": 0.30,
+    "runs": 100,
+    "wait_value_per_hour": 20.0,
+    "target_accuracy": 98.0,
+    "devices": {
+        "cpu": {"system_power_w": 180.0, "unmeasured_power_w": 60.0,
+                "hardware_price": 1200.0, "life_years": 4.0, "hours_per_year": 2000.0},
+        "cuda": {"system_power_w": 600.0, "unmeasured_power_w": 120.0,
+                 "hardware_price": 3000.0, "life_years": 4.0, "hours_per_year": 2000.0},
+    },
+}
+
+
+class CostError(ValueError):
+    """The cost model file is missing or invalid; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class DeviceCost:
+    """Cost inputs of one device (see :data:`DEVICE_KEYS` for units)."""
+
+    system_power_w: float
+    unmeasured_power_w: float
+    hardware_price: float
+    life_years: float
+    hours_per_year: float
+
+    @property
+    def hardware_per_hour(self) -> float:
+        """Hardware write-off per hour of use, currency/h."""
+        return self.hardware_price / (self.life_years * self.hours_per_year)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """A validated cost model."""
+
+    currency: str
+    price_per_kwh: float
+    runs: int
+    wait_value_per_hour: float
+    target_accuracy: float
+    devices: dict[str, DeviceCost]
+    source: str = "built-in default"
+
+    def as_rows(self) -> list[tuple[str, str, str]]:
+        """(key, value, meaning) of every input, for the report."""
+        rows = [(k, str(getattr(self, k)), TOP_KEYS[k]) for k in TOP_KEYS if k != "devices"]
+        for device, values in self.devices.items():
+            rows += [(f"devices.{device}.{k}", f"{getattr(values, k):g}", v)
+                     for k, v in DEVICE_KEYS.items()]
+        return rows
+
+
+def _number(value: object, where: str, source: str, *, minimum: float = 0.0,
+            strict: bool = False, maximum: float | None = None) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = math.isfinite(value) and (value > minimum if strict else value >= minimum)
+        ok = ok and (maximum is None or value <= maximum)
+    if not ok:
+        bound = f"{'>' if strict else '>='} {minimum:g}"
+        if maximum is not None:
+            bound += f" and <= {maximum:g}"
+        raise CostError(f"cost model {source}: {where} must be a number {bound}, got "
+                        f"{value!r}. Fix that key (see docs/report.md for the model).")
+    return float(value)
+
+
+def validate(data: object, source: str = "built-in default") -> CostModel:
+    """Check a parsed cost model document and return it as a :class:`CostModel`; raise
+    :class:`CostError` naming the first bad or missing key and the allowed values."""
+    def fail(message: str) -> CostError:
+        return CostError(f"cost model {source}: {message} (see docs/report.md for a complete "
+                         "model to start from).")
+
+    if not isinstance(data, Mapping):
+        raise fail(f"must be a mapping with the keys {', '.join(TOP_KEYS)}, got "
+                   f"{type(data).__name__}")
+    unknown = sorted(set(map(str, data)) - set(TOP_KEYS))
+    if unknown:
+        raise fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(TOP_KEYS)}")
+    missing = [k for k in TOP_KEYS if k not in data]
+    if missing:
+        raise fail(f"missing key(s) {', '.join(missing)}; required: "
+                   + "; ".join(f"{k} ({TOP_KEYS[k]})" for k in missing))
+    currency = data["currency"]
+    if not isinstance(currency, str) or not currency.strip() or len(currency) > 12:
+        raise fail(f"currency must be a short non-empty text such as EUR or USD, got "
+                   f"{currency!r}")
+    runs = data["runs"]
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise fail(f"runs must be a whole number >= 1, got {runs!r}")
+    devices = data["devices"]
+    if not isinstance(devices, Mapping):
+        raise fail(f"devices must be a mapping with the keys {', '.join(COST_DEVICES)}")
+    unknown = sorted(set(map(str, devices)) - set(COST_DEVICES))
+    missing = [d for d in COST_DEVICES if d not in devices]
+    if unknown or missing:
+        raise fail(f"devices has unknown {', '.join(unknown) or '-'} / missing "
+                   f"{', '.join(missing) or '-'}; allowed and required: "
+                   f"{', '.join(COST_DEVICES)}")
+    parsed: dict[str, DeviceCost] = {}
+    for device in COST_DEVICES:
+        block = devices[device]
+        if not isinstance(block, Mapping):
+            raise fail(f"devices.{device} must be a mapping with the keys "
+                       f"{', '.join(DEVICE_KEYS)}")
+        unknown = sorted(set(map(str, block)) - set(DEVICE_KEYS))
+        if unknown:
+            raise fail(f"unknown key(s) devices.{device}.{', '.join(unknown)}; allowed: "
+                       f"{', '.join(DEVICE_KEYS)}")
+        absent = [k for k in DEVICE_KEYS if k not in block]
+        if absent:
+            raise fail("missing key(s) " + ", ".join(f"devices.{device}.{k}" for k in absent)
+                       + "; required: " + "; ".join(f"{k} ({DEVICE_KEYS[k]})"
+                                                      for k in absent))
+        where = f"devices.{device}."
+        parsed[device] = DeviceCost(
+            system_power_w=_number(block["system_power_w"], where + "system_power_w", source,
+                                   strict=True),
+            unmeasured_power_w=_number(block["unmeasured_power_w"],
+                                       where + "unmeasured_power_w", source),
+            hardware_price=_number(block["hardware_price"], where + "hardware_price", source),
+            life_years=_number(block["life_years"], where + "life_years", source, strict=True),
+            hours_per_year=_number(block["hours_per_year"], where + "hours_per_year", source,
+                                   strict=True, maximum=8784.0),
+        )
+    return CostModel(
+        currency=currency.strip(),
+        price_per_kwh=_number(data["price_per_kwh"], "price_per_kwh", source),
+        runs=runs,
+        wait_value_per_hour=_number(data["wait_value_per_hour"], "wait_value_per_hour",
+                                    source),
+        target_accuracy=_number(data["target_accuracy"], "target_accuracy", source,
+                                strict=True, maximum=100.0),
+        devices=parsed,
+        source=source,
+    )
+
+
+def load_model(path: Path | None) -> CostModel:
+    """The cost model in ``path`` (YAML, or JSON by a ``.json`` suffix), or
+    :data:`DEFAULT_MODEL` when ``path`` is None."""
+    if path is None:
+        return validate(DEFAULT_MODEL)
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise CostError(f"cannot read the cost model {path}: {exc.strerror or exc}. Pass an "
+                        "existing YAML/JSON file to --cost-model, or leave it out to use the "
+                        "built-in model.") from None
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise CostError(f"cost model {path} is not valid "
+                        f"{'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}. "
+                        "Fix the syntax.") from None
+    return validate(data, str(path))
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number of the cost table with its basis (measured, assumed or mixed)."""
+
+    value: float | None
+    basis: str
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """Cost of one run on one device with one loader in one environment."""
+
+    env: str
+    device: str
+    loader: str
+    n: int
+    run_s: Figure
+    energy_wh: Figure
+    energy_note: str
+    electricity: Figure
+    hardware: Figure
+    waiting: Figure
+    total: Figure
+    total_n: Figure
+    target_s: Figure
+    target_epoch: float | None
+    target_cost: Figure
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """Runs after which the GPU machine's extra price is paid back (inf: never)."""
+
+    env: str
+    loader: str
+    extra_price: float
+    saving_electricity: float
+    runs_electricity: float
+    saving_with_waiting: float
+    runs_with_waiting: float
+
+
+@dataclass
+class CostReport:
+    """Every cost row and break-even figure, plus why some are missing."""
+
+    model: CostModel
+    rows: list[CostRow] = field(default_factory=list)
+    break_even: list[BreakEven] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _rates(model: CostModel, device: str, power_w: float, seconds: float
+           ) -> tuple[float, float, float, float]:
+    """(energy Wh, electricity, hardware, waiting) of ``seconds`` at ``power_w``."""
+    dev = model.devices[device]
+    hours = seconds / 3600.0
+    energy_wh = power_w * hours
+    return (energy_wh, energy_wh / 1000.0 * model.price_per_kwh, dev.hardware_per_hour * hours,
+            model.wait_value_per_hour * hours)
+
+
+def average_power(model: CostModel, device: str, cell) -> tuple[float, str, str]:
+    """(W, basis, note): the whole-system power of one cell (a summary row) while it ran."""
+    dev = model.devices[device]
+    timed = cell.get("timed_s")
+    counters = {"cuda": ["gpu_energy_j", "cpu_energy_j"], "cpu": ["cpu_energy_j"]}[device]
+    main = counters[0]
+    main_value = cell.get(main)
+    if (main_value is not None and np.isfinite(main_value) and timed is not None
+            and np.isfinite(timed) and timed > 0):
+        joules = sum(float(cell[c]) for c in counters
+                     if cell.get(c) is not None and np.isfinite(cell[c]))
+        used = [c for c in counters if cell.get(c) is not None and np.isfinite(cell[c])]
+        basis = MEASURED if dev.unmeasured_power_w == 0 else MIXED
+        note = (f"measured {' + '.join(used)} + {dev.unmeasured_power_w:g} W assumed for the "
+                "rest of the system")
+        return joules / timed + dev.unmeasured_power_w, basis, note
+    return dev.system_power_w, ASSUMED, f"assumed {dev.system_power_w:g} W system power"
+
+
+def time_to_target(epochs, target: float) -> tuple[float | None, int | None]:
+    """(s of timed epochs, epoch) until the first epoch with test_acc >= target in one cell's
+    epoch rows, or (None, None) when it is never reached."""
+    ordered = epochs.sort_values("epoch")
+    reached = ordered["test_acc"].to_numpy(dtype=float) >= target
+    if not reached.any():
+        return None, None
+    index = int(np.argmax(reached))
+    return (float(ordered["epoch_s"].to_numpy(dtype=float)[: index + 1].sum()),
+            int(ordered["epoch"].iloc[index]))
+
+
+def compute(summary, epochs, model: CostModel) -> CostReport:
+    """Cost rows per (env, device, loader) of the ok convergence cells, and break-even per
+    (env, loader). ``summary``/``epochs``: the aggregated DataFrames."""
+    report = CostReport(model=model)
+    cells = summary[(summary["experiment"] == "convergence") & (summary["status"] == "ok")
+                    & summary["device"].isin(COST_DEVICES)]
+    if cells.empty:
+        report.notes.append("no ok cells of the convergence experiment: nothing to cost.")
+        return report
+    by_cell = {key: frame for key, frame in epochs.groupby(["env", "experiment", "cell"])}
+    for (env, device, loader), group in cells.groupby(["env", "device", "loader"], sort=True):
+        runs, powers, bases, notes, targets, target_epochs = [], [], set(), set(), [], []
+        for _, cell in group.iterrows():
+            run_s = _run_seconds(cell)
+            if run_s is None:
+                continue
+            power, basis, note = average_power(model, device, cell)
+            runs.append(run_s)
+            powers.append(power)
+            bases.add(basis)
+            notes.add(note)
+            rows = by_cell.get((env, "convergence", cell["cell"]))
+            seconds, epoch = (None, None) if rows is None else time_to_target(
+                rows, model.target_accuracy)
+            overhead = _finite(cell.get("overhead_s")) + _finite(cell.get("warmup_s"))
+            targets.append(math.inf if seconds is None else seconds + overhead)
+            target_epochs.append(math.inf if epoch is None else epoch)
+        if not runs:
+            continue
+        run_s = float(np.median(runs))
+        power = float(np.median(powers))
+        energy_basis = bases.pop() if len(bases) == 1 else MIXED
+        energy_wh, electricity, hardware, waiting = _rates(model, device, power, run_s)
+        total = electricity + hardware + waiting
+        target_s = float(np.median(targets))  # inf when most repeats never got there
+        if math.isfinite(target_s):
+            *_, t_el, t_hw, t_wait = _rates(model, device, power, target_s)
+            target_cost = Figure(t_el + t_hw + t_wait, MIXED)
+            target_epoch = float(np.median(target_epochs))
+            target_time = Figure(target_s, MEASURED)
+        else:
+            target_cost, target_epoch, target_time = Figure(None, MIXED), None, Figure(None,
+                                                                                     MEASURED)
+        report.rows.append(CostRow(
+            env=str(env), device=str(device), loader=str(loader), n=len(runs),
+            run_s=Figure(run_s, MEASURED), energy_wh=Figure(energy_wh, energy_basis),
+            energy_note="; ".join(sorted(notes)),
+            electricity=Figure(electricity, energy_basis), hardware=Figure(hardware, ASSUMED),
+            waiting=Figure(waiting, ASSUMED), total=Figure(total, MIXED),
+            total_n=Figure(total * model.runs, MIXED), target_s=target_time,
+            target_epoch=target_epoch, target_cost=target_cost))
+    report.break_even = break_even(report.rows, model)
+    if not any(r.device == "cuda" for r in report.rows):
+        report.notes.append("no ok GPU (cuda) convergence cells: no GPU cost and no break-even.")
+    if not any(r.device == "cpu" for r in report.rows):
+        report.notes.append("no ok CPU convergence cells: no CPU cost and no break-even.")
+    return report
+
+
+def _finite(value) -> float:
+    """``value`` as a float, 0 where it is missing or not finite."""
+    return float(value) if value is not None and np.isfinite(value) else 0.0
+
+
+def _run_seconds(cell) -> float | None:
+    timed = cell.get("timed_s")
+    if timed is not None and np.isfinite(timed):
+        return float(timed) + _finite(cell.get("warmup_s")) + _finite(cell.get("overhead_s"))
+    start, end = cell.get("start_unix"), cell.get("end_unix")
+    if start is not None and end is not None and np.isfinite(start) and np.isfinite(end):
+        return float(end) - float(start)
+    return None
+
+
+def _runs_to_break_even(extra: float, saving: float) -> float:
+    if extra <= 0:
+        return 0.0
+    if saving <= 0:
+        return math.inf
+    return math.ceil(extra / saving)
+
+
+def break_even(rows: list[CostRow], model: CostModel) -> list[BreakEven]:
+    """Break-even runs per (env, loader) with both a cpu and a cuda row."""
+    extra = model.devices["cuda"].hardware_price - model.devices["cpu"].hardware_price
+    table = {(r.env, r.loader, r.device): r for r in rows}
+    out = []
+    for env, loader in sorted({(r.env, r.loader) for r in rows}):
+        cpu, gpu = table.get((env, loader, "cpu")), table.get((env, loader, "cuda"))
+        if cpu is None or gpu is None:
+            continue
+        save_el = cpu.electricity.value - gpu.electricity.value
+        save_all = save_el + cpu.waiting.value - gpu.waiting.value
+        out.append(BreakEven(env=env, loader=loader, extra_price=extra,
+                             saving_electricity=save_el,
+                             runs_electricity=_runs_to_break_even(extra, save_el),
+                             saving_with_waiting=save_all,
+                             runs_with_waiting=_runs_to_break_even(extra, save_all)))
+    return out

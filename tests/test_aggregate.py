@@ -1,0 +1,277 @@
+"""Tests of mnistbench.aggregate: tidy tables from the cells of a study."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from fakes import cell_id, make_study
+
+from mnistbench import aggregate, cli, schema
+
+SMALL = {"repeats": 2, "batch_sizes": (64, 1024), "convergence_epochs": 3}
+
+
+def _rows(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _header(path: Path) -> list[str]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return next(csv.reader(handle))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """A small study with one GPU machine."""
+    root = tmp_path_factory.mktemp("study") / "runs"
+    make_study(root, **SMALL)
+    return root
+
+
+@pytest.fixture
+def runs_copy(runs, tmp_path) -> Path:
+    """A private copy of the small study that a test may damage."""
+    return Path(shutil.copytree(runs, tmp_path / "runs"))
+
+
+def test_writes_the_four_tables_with_schema_columns(runs, tmp_path):
+    """summary.csv, epochs.csv, resources.csv and columns.csv appear with the schema's columns."""
+    paths = aggregate.aggregate(runs, tmp_path / "out")
+    assert [p.name for p in paths] == ["summary.csv", "epochs.csv", "resources.csv",
+                                       "columns.csv"]
+    assert _header(paths[0]) == schema.summary_columns()
+    assert _header(paths[1]) == [*schema.ID_COLUMNS, *aggregate.KEY_PARAMS,
+                                 *schema.EPOCH_COLUMNS]
+    assert _header(paths[2]) == [*schema.ID_COLUMNS, *aggregate.KEY_PARAMS,
+                                 *schema.RESOURCE_COLUMNS]
+    cells = sorted(p.parent for p in runs.glob("*/*/*/summary.json"))
+    assert len(_rows(paths[0])) == len(cells)
+
+
+def test_summary_row_flattens_every_block(runs, tmp_path):
+    """One summary row carries the cell's params, results, timing and env values."""
+    aggregate.aggregate(runs, tmp_path)
+    cid = cell_id("cuda", "fp32", "resident", 128, 1)
+    source = json.loads((runs / "alpha" / "convergence" / cid / "summary.json").read_text())
+    row = next(r for r in _rows(tmp_path / "summary.csv") if r["cell"] == cid)
+    assert row["status"] == "ok" and row["experiment"] == "convergence"
+    assert float(row["epoch_s_median"]) == pytest.approx(source["results"]["epoch_s_median"])
+    assert float(row["timed_s"]) == pytest.approx(source["timing"]["timed_s"])
+    assert row["gpu_name"] == source["env"]["gpu_name"]
+    assert row["batch_size"] == "128" and row["repeat"] == "1"
+
+
+def test_epoch_rows_carry_key_params(runs, tmp_path):
+    """Each epoch row has the cell's id and key params in front, one row per timed epoch."""
+    aggregate.aggregate(runs, tmp_path)
+    rows = _rows(tmp_path / "epochs.csv")
+    cid = cell_id("cpu", "fp32", "dataloader", 128, 0)
+    mine = [r for r in rows if r["cell"] == cid and r["experiment"] == "convergence"]
+    assert [r["epoch"] for r in mine] == ["1", "2", "3"]
+    assert {(r["device"], r["precision"], r["loader"], r["batch_size"], r["repeat"])
+            for r in mine} == {("cpu", "fp32", "dataloader", "128", "0")}
+    resources = [r for r in _rows(tmp_path / "resources.csv") if r["cell"] == cid]
+    assert resources and {r["env"] for r in resources} == {"alpha"}
+
+
+def test_columns_csv_gives_every_unit(runs, tmp_path):
+    """columns.csv lists every column of the three tables with the schema's unit."""
+    aggregate.aggregate(runs, tmp_path)
+    rows = _rows(tmp_path / "columns.csv")
+    by_file = {}
+    for r in rows:
+        by_file.setdefault(r["file"], {})[r["name"]] = r
+    assert list(by_file["summary.csv"]) == schema.summary_columns()
+    assert list(by_file["epochs.csv"]) == aggregate.epoch_columns()
+    assert list(by_file["resources.csv"]) == aggregate.resource_columns()
+    assert by_file["summary.csv"]["samples_per_s"]["unit"] == "samples/s"
+    assert by_file["epochs.csv"]["epoch_s"]["unit"] == "s"
+    assert by_file["resources.csv"]["rss_mb"]["unit"] == "MiB"
+    assert all(r["description"] for r in rows)
+
+
+def test_non_ok_cells_keep_status_reason_and_empty_results(tmp_path):
+    """Failed, oom and unavailable cells become rows with their reason and empty results."""
+    runs = tmp_path / "runs"
+    make_study(runs, gpu=False, experiments=("sweep",), repeats=1, batch_sizes=(64,),
+               overrides={cell_id("cpu", "fp32", "resident", 64, 0): ("oom", "out of memory"),
+                          cell_id("cpu", "bf16", "resident", 64, 0): ("failed", "boom")})
+    aggregate.aggregate(runs, tmp_path / "out")
+    rows = {r["cell"]: r for r in _rows(tmp_path / "out" / "summary.csv")}
+    assert rows[cell_id("cpu", "fp32", "resident", 64, 0)]["status"] == "oom"
+    assert rows[cell_id("cpu", "bf16", "resident", 64, 0)]["reason"] == "boom"
+    gpu = rows[cell_id("cuda", "fp16", "dataloader", 64, 0)]
+    assert gpu["status"] == "unavailable" and "CUDA" in gpu["reason"]
+    assert gpu["epoch_s_median"] == "" and gpu["samples_per_s"] == ""
+    epoch_cells = {r["cell"] for r in _rows(tmp_path / "out" / "epochs.csv")}
+    assert cell_id("cpu", "fp32", "resident", 64, 0) not in epoch_cells
+    assert cell_id("cpu", "fp32", "dataloader", 64, 0) in epoch_cells
+
+
+def test_incomplete_cell_is_skipped_with_a_warning(runs_copy, tmp_path, capsys):
+    """A cell folder without summary.json is skipped and named on stderr."""
+    victim = runs_copy / "alpha" / "sweep" / cell_id("cpu", "fp32", "resident", 64, 0)
+    (victim / "summary.json").unlink()
+    aggregate.aggregate(runs_copy, tmp_path / "out")
+    assert "skipping incomplete cell" in capsys.readouterr().err
+    cells = {r["cell"] for r in _rows(tmp_path / "out" / "summary.csv")}
+    assert victim.name not in cells and len(cells) > 10
+
+
+def test_corrupt_summary_names_the_file_and_writes_nothing(runs_copy, tmp_path):
+    """A truncated summary.json is an error naming the file and the fix; no table is written."""
+    victim = runs_copy / "alpha" / "sweep" / cell_id("cuda", "bf16", "dataloader", 1024, 1)
+    text = (victim / "summary.json").read_text()
+    (victim / "summary.json").write_text(text[: len(text) // 2])
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+    message = str(info.value)
+    assert str(victim / "summary.json") in message and "delete that cell folder" in message
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _edit_summary(folder: Path, edit) -> Path:
+    path = folder / "summary.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_schema_version_mismatch_is_explained(runs_copy, tmp_path):
+    """A summary from another schema version is rejected, naming both versions."""
+    folder = runs_copy / "alpha" / "convergence" / cell_id("cpu", "fp32", "resident", 128, 0)
+    path = _edit_summary(folder, lambda d: d.update(schema_version=99))
+    with pytest.raises(aggregate.AggregateError, match="schema_version 99") as info:
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+    assert str(path) in str(info.value)
+    assert f"schema version {schema.SCHEMA_VERSION}" in str(info.value)
+
+
+def test_unknown_and_missing_fields_are_rejected(runs_copy, tmp_path):
+    """A field the schema does not know, or a missing param, names the key and the file."""
+    folder = runs_copy / "alpha" / "sweep" / cell_id("cpu", "bf16", "resident", 64, 0)
+    _edit_summary(folder, lambda d: d["results"].update(flops=1.0))
+    with pytest.raises(aggregate.AggregateError, match="unknown results key"):
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+    _edit_summary(folder, lambda d: (d["results"].pop("flops"), d["params"].pop("loader")))
+    with pytest.raises(aggregate.AggregateError, match="params lacks loader"):
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+
+
+def test_bad_status_is_rejected(runs_copy, tmp_path):
+    """A status outside schema.STATUSES is an error listing the allowed ones."""
+    folder = runs_copy / "alpha" / "sweep" / cell_id("cpu", "bf16", "resident", 64, 0)
+    _edit_summary(folder, lambda d: d.update(status="crashed"))
+    with pytest.raises(aggregate.AggregateError, match="ok, oom, unavailable, failed"):
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+
+
+def test_cell_in_the_wrong_folder_is_rejected(runs_copy, tmp_path):
+    """Params that disagree with the RUNS/ENV/EXPERIMENT/CELL folder are an error."""
+    folder = runs_copy / "alpha" / "sweep" / cell_id("cpu", "bf16", "resident", 64, 0)
+    _edit_summary(folder, lambda d: d["params"].update(env="elsewhere"))
+    with pytest.raises(aggregate.AggregateError, match="lives in folder 'alpha'"):
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+
+
+def test_damaged_csv_header_names_the_file(runs_copy, tmp_path):
+    """An epochs.csv whose header disagrees with the schema is an error naming it."""
+    folder = runs_copy / "alpha" / "convergence" / cell_id("cuda", "fp32", "resident", 128, 0)
+    (folder / "epochs.csv").write_text("epoch,seconds\n1,2.0\n")
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+    assert str(folder / "epochs.csv") in str(info.value) and "missing:" in str(info.value)
+
+
+def test_ok_cell_without_epochs_is_damaged(runs_copy, tmp_path):
+    """An ok cell that lost its epochs.csv is an error, not silently empty."""
+    folder = runs_copy / "alpha" / "convergence" / cell_id("cpu", "fp32", "resident", 128, 1)
+    (folder / "epochs.csv").unlink()
+    with pytest.raises(aggregate.AggregateError, match=r"epochs\.csv is missing"):
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+
+
+def test_empty_or_missing_runs_folder_is_explained(tmp_path):
+    """An empty runs folder and a missing one are clear errors."""
+    (tmp_path / "runs").mkdir()
+    with pytest.raises(aggregate.AggregateError, match="nothing to aggregate"):
+        aggregate.aggregate(tmp_path / "runs", tmp_path / "out")
+    with pytest.raises(aggregate.AggregateError, match="does not exist"):
+        aggregate.aggregate(tmp_path / "nope", tmp_path / "out")
+    (tmp_path / "runs" / "a" / "sweep" / "c1").mkdir(parents=True)
+    with pytest.raises(aggregate.AggregateError, match="all incomplete"):
+        aggregate.aggregate(tmp_path / "runs", tmp_path / "out")
+
+
+def test_results_from_two_machines_merge(tmp_path):
+    """Copying another machine's runs/ENV folder in and rerunning gives one combined table."""
+    here, there = tmp_path / "here", tmp_path / "there"
+    make_study(here, envs=("alpha",), experiments=("convergence",), repeats=2)
+    make_study(there, envs=("alpha", "beta"), experiments=("convergence",), repeats=2,
+               gpu={"beta": False})
+    shutil.rmtree(there / "alpha")
+    aggregate.aggregate(here, tmp_path / "out")
+    alone = len(_rows(tmp_path / "out" / "summary.csv"))
+    shutil.copytree(there / "beta", here / "beta")
+    aggregate.aggregate(here, tmp_path / "out")
+    rows = _rows(tmp_path / "out" / "summary.csv")
+    assert len(rows) == 2 * alone
+    assert {r["env"] for r in rows} == {"alpha", "beta"}
+    beta_gpu = [r for r in rows if r["env"] == "beta" and r["device"] == "cuda"]
+    assert {r["status"] for r in beta_gpu} == {"unavailable"}
+    first = (tmp_path / "out" / "summary.csv").read_bytes()
+    aggregate.aggregate(here, tmp_path / "out")
+    assert (tmp_path / "out" / "summary.csv").read_bytes() == first
+
+
+def test_load_tables_keeps_text_as_text(tmp_path):
+    """Host names such as "NA" stay text and result columns are numeric when read back."""
+    runs = tmp_path / "runs"
+    make_study(runs, experiments=("convergence",), repeats=1, hostnames={"alpha": "NA"})
+    aggregate.aggregate(runs, tmp_path)
+    tables = aggregate.load_tables(tmp_path)
+    assert set(tables.summary["hostname"]) == {"NA"}
+    assert tables.summary["epoch_s_median"].dtype.kind == "f"
+    assert tables.epochs["test_acc"].dtype.kind == "f"
+    assert set(tables.resources["stage"]) <= {"setup", "warmup", "train", "done"}
+    (tmp_path / "epochs.csv").unlink()
+    with pytest.raises(aggregate.AggregateError, match="mnistbench aggregate"):
+        aggregate.load_tables(tmp_path)
+
+
+def test_blog_cells_fall_back_to_the_sweep(tmp_path):
+    """Without convergence cells the headline uses sweep cells at batch 128, fp32."""
+    runs = tmp_path / "runs"
+    make_study(runs, experiments=("sweep",), repeats=1, batch_sizes=(64, 128))
+    aggregate.aggregate(runs, tmp_path)
+    cells, source = aggregate.blog_cells(aggregate.load_tables(tmp_path).summary)
+    assert "sweep" in source
+    assert set(cells["batch_size"]) == {128} and set(cells["precision"]) == {"fp32"}
+
+
+def test_cli_aggregate_reports_errors_as_one_paragraph(runs, tmp_path, capsys):
+    """`mnistbench aggregate` prints the written paths, and exits 1 with the error otherwise."""
+    assert cli.main(["aggregate", str(runs), "--out-dir", str(tmp_path / "out")]) == 0
+    assert "summary.csv" in capsys.readouterr().out
+    assert cli.main(["aggregate", str(tmp_path / "missing")]) == 1
+    assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_500_cells_aggregate_in_seconds(tmp_path):
+    """A 500-cell study aggregates in well under 10 s."""
+    runs = tmp_path / "runs"
+    cells = make_study(runs, repeats=5)
+    assert len(cells) == 500
+    start = time.perf_counter()
+    aggregate.aggregate(runs, tmp_path / "out")
+    elapsed = time.perf_counter() - start
+    assert elapsed < 10.0, f"aggregate took {elapsed:.1f} s"
+    assert len(_rows(tmp_path / "out" / "summary.csv")) == 500
