@@ -225,3 +225,10 @@ def test_one_real_epoch_reaches_98_2_percent(tmp_path, real_mnist) -> None:
                            sample_interval=0.5)
     assert code == 0, summary["reason"]
     assert summary["results"]["final_test_acc"] >= 98.2
+
+
+def test_stream_seeds_are_distinct_and_deterministic() -> None:
+    """One seed gives three different, reproducible stream seeds; another seed, others."""
+    a, b = train.stream_seeds(0), train.stream_seeds(0)
+    assert a == b and len(set(a.values())) == 3
+    assert not set(a.values()) & set(train.stream_seeds(1).values())

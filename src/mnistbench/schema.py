@@ -6,7 +6,8 @@ A cell's folder holds three files:
 - ``summary.json``: ``{"schema_version", "status", "reason", "params", "env", "timing",
   "results"}``; ``params`` keys are :data:`PARAM_FIELDS`, ``results`` keys are
   :data:`RESULT_FIELDS`, ``timing`` keys are :data:`TIMING_FIELDS`, ``env`` keys are
-  :data:`ENV_FIELDS`.
+  :data:`ENV_FIELDS`; ``sources`` says where energy figures came from (``gpu_energy``:
+  nvml-counter, nvml-power-integral or null; ``cpu_energy``: rapl or null).
 - ``epochs.csv``: one row per timed epoch, columns :data:`EPOCH_COLUMNS`.
 - ``resources.csv``: the background sampler's time series, columns :data:`RESOURCE_COLUMNS`.
 

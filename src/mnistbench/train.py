@@ -100,6 +100,16 @@ class TrainConfig:
         return {k: _jsonable(values.get(k)) for k in schema.PARAM_FIELDS}
 
 
+def stream_seeds(seed: int) -> dict[str, int]:
+    """Independent seeds for initialisation, shuffling and dropout, derived from one ``seed``
+    (numpy's SeedSequence), so that no random stream is a replay of another (seeding all
+    three with ``seed`` would draw the first dropout masks from the very numbers that drew the
+    initial weights)."""
+    children = np.random.SeedSequence(seed).spawn(3)
+    values = [int(c.generate_state(1, np.uint64)[0] >> 1) for c in children]
+    return dict(zip(("init", "shuffle", "dropout"), values, strict=True))
+
+
 def _jsonable(value):
     return str(value) if isinstance(value, Path) else value
 
@@ -243,7 +253,8 @@ class Trainer:
         self.cfg, self.device = cfg, device
         self.policy = devices.precision_policy(cfg.precision)
         self.policy.apply_backend_flags()
-        self.base = model.build_model(cfg.seed).to(device, memory_format=torch.channels_last)
+        seeds = stream_seeds(cfg.seed)
+        self.base = model.build_model(seeds['init']).to(device, memory_format=torch.channels_last)
         self.net = self.base
         if cfg.compile:
             self.net = torch.compile(self.base, mode=cfg.compile)
@@ -485,11 +496,11 @@ def run_cell(cfg: TrainConfig) -> int:
     trainer = None
     try:
         device = devices.pick_device(cfg.device)
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(stream_seeds(cfg.seed)["dropout"])  # the global RNG: dropout masks
         if device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # autotuned during warm-up
             torch.cuda.reset_peak_memory_stats(device)
-        shuffle_gen = torch.Generator().manual_seed(cfg.seed)
+        shuffle_gen = torch.Generator().manual_seed(stream_seeds(cfg.seed)["shuffle"])
         t0 = time.perf_counter()
         loaders = build_loaders(cfg, device, shuffle_gen)
         synchronize(device.type)
