@@ -27,9 +27,10 @@ BLOG = {
 }
 
 MODEL_NOTE = (
-    "The blog's printed forward() applies max-pooling twice, which contradicts its own "
-    "fc1 = Linear(9216, 128): after two 3x3 convolutions a 28x28 image is 24x24x64, one 2x2 "
-    "max-pool gives 12x12x64 = 9216 features, a second would give 2304. This study therefore "
+    "The blog's printed forward() applies max-pooling twice (after each convolution), which "
+    "contradicts its own fc1 = Linear(9216, 128): pooled twice, a 28x28 image flattens to "
+    "5x5x64 = 1600 features and the code fails; with one 2x2 max-pool after both 3x3 "
+    "convolutions it is 12x12x64 = 9216. This study therefore "
     "trains the pytorch/examples MNIST network that those layer sizes describe: "
     "conv(1→32, 3x3) → ReLU → conv(32→64, 3x3) → ReLU → max-pool 2x2 → flatten (9216) → "
     "dropout 0.5 → fc(9216→128) → ReLU → fc(128→10), cross-entropy loss, Adam with learning "
