@@ -23,6 +23,7 @@ import math
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 
 import numpy as np
@@ -377,9 +378,9 @@ def _env_capture(machine: Machine, hostname: str, has_gpu: bool) -> dict:
 
 
 def _iso(unix: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(unix, tz=timezone.utc).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(unix, tz=UTC).isoformat(timespec="seconds")
 
 
 def _write_csv(path: Path, columns: Mapping[str, object], rows: list[dict]) -> None:

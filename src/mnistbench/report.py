@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Iterable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import __version__, aggregate, atomic, cost, schema, stats
@@ -430,7 +430,7 @@ def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: s
                                "batch_size"]).size()
     return {
         "title": "mnistbench: CPU vs GPU training of an MNIST CNN",
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "version": __version__,
         "command": command or "",
         "results_dir": str(results),
