@@ -46,6 +46,7 @@ def test_every_cpu_precision_and_loader_runs(tmp_path, tiny_mnist, loader, preci
     assert set(summary["env"]) == set(schema.ENV_FIELDS)
     assert summary["params"]["precision"] == precision
     assert summary["params"]["loader"] == loader
+    assert summary["params"]["eval_batch_size"] == 32  # 0 resolves to the training batch size
     rows = read_csv(out / schema.EPOCHS_FILE)
     assert list(rows[0]) == list(schema.EPOCH_COLUMNS)
     assert [int(r["steps"]) for r in rows] == [4, 4]

@@ -132,7 +132,9 @@ def _add_train(sub) -> None:
                    help="use only the first N training samples (0: all)")
     p.add_argument("--test-limit", type=_non_negative_int, default=0,
                    help="use only the first N test samples (0: all)")
-    p.add_argument("--eval-batch-size", type=_positive_int, default=1000)
+    p.add_argument("--eval-batch-size", type=_non_negative_int, default=0,
+                   help="batch size of the test-set evaluation (0: the training batch size, "
+                   "the same shapes as training, which warm-up and autotuning already cover)")
     p.add_argument("--sample-interval", type=_positive_float, default=0.5,
                    help="resource sampler period in seconds")
     p.add_argument("--env", default=None,

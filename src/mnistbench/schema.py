@@ -54,7 +54,7 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "max_steps": ("steps", "cap on training steps per epoch (0: no cap)"),
     "train_limit": ("samples", "training samples used (0: all 60000)"),
     "test_limit": ("samples", "test samples used (0: all 10000)"),
-    "eval_batch_size": ("samples", "batch size of the test-set evaluation"),
+    "eval_batch_size": ("samples", "batch size of the test-set evaluation (default: batch_size)"),
     "sample_interval": ("s", "resource sampler period"),
 }
 

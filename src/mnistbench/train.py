@@ -66,7 +66,7 @@ class TrainConfig:
     max_steps: int = 0  # 0: full epochs
     train_limit: int = 0  # 0: all 60000
     test_limit: int = 0  # 0: all 10000
-    eval_batch_size: int = 1000
+    eval_batch_size: int = 0  # 0: the training batch size
     sample_interval: float = 0.5
     env: str | None = None
     experiment: str = "adhoc"
@@ -471,6 +471,7 @@ def run_cell(cfg: TrainConfig) -> int:
     except devices.UnsupportedCombination as exc:
         print(f"mnistbench train: error: {exc}", file=sys.stderr)
         return 2
+    cfg.eval_batch_size = cfg.eval_batch_size or cfg.batch_size
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     for name in (schema.SUMMARY_FILE, schema.EPOCHS_FILE, schema.RESOURCES_FILE):
