@@ -233,3 +233,12 @@ def test_stream_seeds_are_distinct_and_deterministic() -> None:
     a, b = train.stream_seeds(0), train.stream_seeds(0)
     assert a == b and len(set(a.values())) == 3
     assert not set(a.values()) & set(train.stream_seeds(1).values())
+
+
+@pytest.mark.slow
+def test_compiled_model_puts_compilation_into_warm_up(tmp_path, tiny_mnist) -> None:
+    """With torch.compile the cell ends ok and compilation shows up as warm-up, not epochs."""
+    code, summary, _ = run(tmp_path, tiny_mnist, compile="default", epochs=2, max_steps=4)
+    assert code == 0, summary["reason"]
+    assert summary["params"]["compile"] == "default"
+    assert summary["timing"]["warmup_s"] > summary["results"]["epoch_s_median"]
