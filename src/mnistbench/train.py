@@ -249,12 +249,11 @@ class _NullTimer:
 class Trainer:
     """The model, optimizer and precision policy of a cell, and its training and eval steps."""
 
-    def __init__(self, cfg: TrainConfig, device: torch.device) -> None:
+    def __init__(self, cfg: TrainConfig, device: torch.device, init_seed: int) -> None:
         self.cfg, self.device = cfg, device
         self.policy = devices.precision_policy(cfg.precision)
         self.policy.apply_backend_flags()
-        seeds = stream_seeds(cfg.seed)
-        self.base = model.build_model(seeds['init']).to(device, memory_format=torch.channels_last)
+        self.base = model.build_model(init_seed).to(device, memory_format=torch.channels_last)
         self.net = self.base
         if cfg.compile:
             self.net = torch.compile(self.base, mode=cfg.compile)
@@ -416,7 +415,7 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
         })
     energy_end = monitor.energy()
     energy = {
-        f"{k}": (energy_end[k] - energy_start[k])
+        k: (energy_end[k] - energy_start[k])
         if energy_end.get(k) is not None and energy_start.get(k) is not None else None
         for k in ("gpu_j", "cpu_j")
     }
@@ -497,16 +496,17 @@ def run_cell(cfg: TrainConfig) -> int:
     trainer = None
     try:
         device = devices.pick_device(cfg.device)
-        torch.manual_seed(stream_seeds(cfg.seed)["dropout"])  # the global RNG: dropout masks
+        seeds = stream_seeds(cfg.seed)
+        torch.manual_seed(seeds["dropout"])  # the global RNG: dropout masks
         if device.type == "cuda":
             torch.backends.cudnn.benchmark = True  # autotuned during warm-up
             torch.cuda.reset_peak_memory_stats(device)
-        shuffle_gen = torch.Generator().manual_seed(stream_seeds(cfg.seed)["shuffle"])
+        shuffle_gen = torch.Generator().manual_seed(seeds["shuffle"])
         t0 = time.perf_counter()
         loaders = build_loaders(cfg, device, shuffle_gen)
         synchronize(device.type)
         timing["data_load_s"] = time.perf_counter() - t0
-        trainer = Trainer(cfg, device)
+        trainer = Trainer(cfg, device, seeds["init"])
         monitor.set_stage("warmup")
         timing["warmup_s"] = warm_up(trainer, loaders, cfg)
         progress = Progress(enabled=not cfg.quiet and sys.stderr.isatty())
