@@ -151,7 +151,22 @@ def test_schema_version_mismatch_is_explained(runs_copy, tmp_path):
     with pytest.raises(aggregate.AggregateError, match="schema_version 99") as info:
         aggregate.aggregate(runs_copy, tmp_path / "out")
     assert str(path) in str(info.value)
-    assert f"schema version {schema.SCHEMA_VERSION}" in str(info.value)
+    assert f"schema versions 1 to {schema.SCHEMA_VERSION}" in str(info.value)
+
+
+def test_older_schema_version_reads_later_fields_as_empty(runs_copy, tmp_path):
+    """A version-1 summary (written before time_limit existed) merges with that field empty,
+    while a current-version summary lacking it is rejected."""
+    assert schema.ADDED_IN["time_limit"] > 1
+    folder = runs_copy / "alpha" / "convergence" / cell_id("cpu", "fp32", "resident", 128, 0)
+    _edit_summary(folder, lambda d: (d.update(schema_version=1), d["params"].pop("time_limit")))
+    aggregate.aggregate(runs_copy, tmp_path / "out")
+    rows = [r for r in _rows(tmp_path / "out" / "summary.csv")
+            if r["cell"] == folder.name and r["env"] == "alpha"]
+    assert len(rows) == 1 and rows[0]["time_limit"] == "" and rows[0]["status"] == "ok"
+    _edit_summary(folder, lambda d: d.update(schema_version=schema.SCHEMA_VERSION))
+    with pytest.raises(aggregate.AggregateError, match="params lacks time_limit"):
+        aggregate.aggregate(runs_copy, tmp_path / "out2")
 
 
 def test_unknown_and_missing_fields_are_rejected(runs_copy, tmp_path):

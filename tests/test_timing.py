@@ -63,3 +63,22 @@ def test_cuda_phases_sum_to_span_and_track_wall_time() -> None:
     assert sum(phases.values()) == pytest.approx(span, rel=1e-6)
     assert span == pytest.approx(wall, rel=0.05)
     assert phases["data"] >= 0.04
+
+
+def test_process_start_is_exact_to_a_clock_tick() -> None:
+    """The start of a process just spawned lies between the moments before and after the
+    spawn (psutil's create_time can be up to 1 s early), and a missing process falls back to
+    now."""
+    import subprocess
+    import sys
+
+    before = time.time()
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
+    after = time.time()
+    try:
+        start = timing.process_start_unix(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert before - 0.011 <= start <= after + 0.011
+    assert abs(timing.process_start_unix(2**22 + 12345) - time.time()) < 0.5

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -131,6 +134,60 @@ def test_other_errors_fail_with_their_message(tmp_path, tiny_mnist, monkeypatch)
     assert summary["status"] == "failed"
     assert summary["reason"] == "ValueError: the <b>step</b> broke"
     assert not list(out.glob("*.part")) and not list(out.glob(".*"))
+
+
+def test_time_limit_fails_the_cell_with_the_limit_as_reason(tmp_path, tiny_mnist,
+                                                           monkeypatch) -> None:
+    """A cell that outruns --time-limit ends failed (exit 12), naming the limit, the epoch it
+    reached and the config key, with no epoch rows, and the next cell is not disturbed."""
+    real_step = train.Trainer.step
+
+    def slow(self, x, y, timer):
+        time.sleep(0.05)
+        return real_step(self, x, y, timer)
+
+    monkeypatch.setattr(train.Trainer, "step", slow)
+    code, summary, out = run(tmp_path, tiny_mnist, epochs=50, time_limit=0.6,
+                             experiment="convergence")
+    assert code == schema.EXIT_CODES["failed"]
+    assert summary["status"] == "failed"
+    assert summary["reason"].startswith("time limit of 0.6 s reached in timed epoch ")
+    assert "of 50" in summary["reason"]
+    assert "experiments.convergence.time_limit" in summary["reason"]
+    assert summary["params"]["time_limit"] == 0.6
+    assert read_csv(out / schema.EPOCHS_FILE) == []
+    assert summary["timing"]["warmup_s"] > 0
+    monkeypatch.setattr(train.Trainer, "step", real_step)
+    code, summary, _ = run(tmp_path, tiny_mnist, name="after", time_limit=60)
+    assert code == 0 and summary["status"] == "ok", summary["reason"]
+    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.default_int_handler)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_time_limit_is_not_swallowed_by_broad_handlers(tmp_path, tiny_mnist,
+                                                      monkeypatch) -> None:
+    """The limit fires through code that catches every Exception (as the resource sampler's
+    stage switch does): the cell still ends failed, never ok."""
+    real_step = train.Trainer.step
+
+    def guarded(self, x, y, timer):
+        with contextlib.suppress(Exception):  # a broad handler must not hide the limit
+            time.sleep(0.05)
+        return real_step(self, x, y, timer)
+
+    monkeypatch.setattr(train.Trainer, "step", guarded)
+    code, summary, _ = run(tmp_path, tiny_mnist, epochs=50, time_limit=0.3)
+    assert code == 12 and summary["reason"].startswith("time limit of 0.3 s")
+
+
+def test_time_limit_in_warm_up_says_so(tmp_path, tiny_mnist, monkeypatch) -> None:
+    """A limit reached before the first timed epoch names the warm-up."""
+    def stuck(trainer, loaders, cfg):
+        time.sleep(5)
+
+    monkeypatch.setattr(train, "warm_up", stuck)
+    code, summary, _ = run(tmp_path, tiny_mnist, time_limit=0.2)
+    assert code == 12 and "reached in the warm-up" in summary["reason"]
 
 
 def test_missing_data_fails_with_the_fix(tmp_path) -> None:

@@ -74,7 +74,8 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
     Cell folders without ``summary.json`` are incomplete (still running, or killed) and are
     skipped with a warning on stderr. Raises :class:`AggregateError` for an empty or missing
     runs folder, an unreadable or inconsistent ``summary.json`` / CSV, or a schema version
-    other than :data:`mnistbench.schema.SCHEMA_VERSION`.
+    this mnistbench cannot read (newer than :data:`mnistbench.schema.SCHEMA_VERSION`); fields a
+    later version added (:data:`mnistbench.schema.ADDED_IN`) read as empty in older summaries.
     """
     runs = Path(runs)
     out_dir = Path(out_dir)
@@ -146,11 +147,11 @@ def _read_summary(path: Path) -> _Cell:
     if not isinstance(data, dict):
         raise AggregateError(f"{path} is not a JSON object but {type(data).__name__}: {_FIX}.")
     version = data.get("schema_version")
-    if version != schema.SCHEMA_VERSION:
+    if type(version) is not int or not 1 <= version <= schema.SCHEMA_VERSION:
         raise AggregateError(
-            f"{path} has schema_version {version!r}, but this mnistbench reads schema version "
-            f"{schema.SCHEMA_VERSION}. Aggregate it with the mnistbench version that wrote it, "
-            "or rerun the cell with this version.")
+            f"{path} has schema_version {version!r}, but this mnistbench reads schema versions "
+            f"1 to {schema.SCHEMA_VERSION}. Aggregate it with the mnistbench version that "
+            "wrote it (or a later one), or rerun the cell with this version.")
     missing = [k for k in _TOP_KEYS if k not in data]
     if missing:
         raise AggregateError(f"{path} lacks the key(s) {', '.join(missing)} (expected "
@@ -174,7 +175,8 @@ def _read_summary(path: Path) -> _Cell:
         # params identify the cell and ok cells must be complete; the other blocks of a
         # cell that did not run may leave fields out (read as empty).
         if name == "params" or (status == "ok" and name != "env"):
-            absent = [k for k in fields if k not in block]
+            absent = [k for k in fields
+                      if k not in block and schema.ADDED_IN.get(k, 1) <= version]
             if absent:
                 raise AggregateError(f"{path}: {name} lacks {', '.join(absent)}: {_FIX}.")
         sections[name] = block

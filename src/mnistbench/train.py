@@ -13,8 +13,9 @@ Measurement policy (see the README's methodology):
   epoch); ``time.perf_counter`` on CPU. Each epoch is data -> forward -> backward -> optimizer
   per step, then evaluation on the test set.
 - A cell that cannot run is a result: ``unavailable`` (no such device), ``oom`` (out of memory
-  at this batch size) or ``failed`` (any other error, with its message), each with its own exit
-  code and a ``summary.json``.
+  at this batch size) or ``failed`` (any other error, with its message; also a cell whose
+  warm-up and timed epochs outrun ``time_limit`` seconds), each with its own exit code and a
+  ``summary.json``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import os
 import resource
+import signal
 import statistics
 import sys
 import time
@@ -37,7 +40,7 @@ from torch.nn import functional as F
 from . import atomic, data, devices, model, schema, sysinfo
 from .monitor import ResourceMonitor
 from .optim import FusedAdam
-from .timing import phase_timer, synchronize
+from .timing import phase_timer, process_start_unix, synchronize
 
 #: MNIST normalisation of the classic pipeline (torchvision's Normalize((0.1307,), (0.3081,))).
 MNIST_MEAN = 0.1307
@@ -68,6 +71,7 @@ class TrainConfig:
     test_limit: int = 0  # 0: all 10000
     eval_batch_size: int = 0  # 0: the training batch size
     sample_interval: float = 0.5
+    time_limit: float = 0.0  # s of warm-up + timed epochs; 0: no limit
     env: str | None = None
     experiment: str = "adhoc"
     cell: str | None = None
@@ -320,6 +324,33 @@ class Trainer:
         self.loss_sum.zero_()
 
 
+class TimeLimitReached(BaseException):
+    """The cell's ``time_limit`` passed during its warm-up or timed epochs. A BaseException
+    (like KeyboardInterrupt), so that no ``except Exception`` on the way (e.g. the resource
+    sampler's) can swallow it."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise :class:`TimeLimitReached` in the main thread once ``seconds`` have passed inside
+    the block (0: no limit). A real-time interval timer (SIGALRM) costs nothing per step; the
+    exception lands at the next Python bytecode, i.e. after the running kernel returns."""
+    if not seconds:
+        yield
+        return
+
+    def on_alarm(signum, frame):
+        raise TimeLimitReached
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def warm_up(trainer: Trainer, loaders: Loaders, cfg: TrainConfig) -> float:
     """Run the untimed warm-up (see module docstring) and restore the trajectory; seconds."""
     if cfg.warmup_steps == 0:
@@ -370,11 +401,11 @@ class Progress:
 
 
 def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
-                 progress: Progress) -> tuple[list[dict], dict]:
-    """The timed epochs; rows of ``epochs.csv`` and the energy used over them."""
+                 progress: Progress, rows: list[dict]) -> dict:
+    """The timed epochs: appends one row of ``epochs.csv`` to ``rows`` per finished epoch;
+    returns the energy used over them."""
     dev = trainer.device.type
     timer = phase_timer(dev)
-    rows = []
     steps_per_epoch = len(loaders.train)
     if cfg.max_steps:
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps)
@@ -419,7 +450,7 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
         if energy_end.get(k) is not None and energy_start.get(k) is not None else None
         for k in ("gpu_j", "cpu_j")
     }
-    return rows, energy
+    return energy
 
 
 def headline(rows: list[dict]) -> dict:
@@ -453,12 +484,11 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _process_start_unix() -> float:
-    try:
-        import psutil
-
-        return psutil.Process().create_time()
-    except Exception:  # pragma: no cover - psutil is a dependency; keep running without it
-        return time.time()
+    """When this cell's process started (Unix time, s): for a cell forked by the fork server,
+    when its client started (forkserver.START_ENV), so startup_s counts the whole start."""
+    with contextlib.suppress(KeyError, ValueError):
+        return float(os.environ["MNISTBENCH_PROCESS_START"])
+    return process_start_unix()
 
 
 def run_cell(cfg: TrainConfig) -> int:
@@ -507,10 +537,20 @@ def run_cell(cfg: TrainConfig) -> int:
         synchronize(device.type)
         timing["data_load_s"] = time.perf_counter() - t0
         trainer = Trainer(cfg, device, seeds["init"])
-        monitor.set_stage("warmup")
-        timing["warmup_s"] = warm_up(trainer, loaders, cfg)
         progress = Progress(enabled=not cfg.quiet and sys.stderr.isatty())
-        rows, energy = train_epochs(trainer, loaders, cfg, monitor, progress)
+        warmup_start = time.perf_counter()
+        with time_limit(cfg.time_limit):
+            monitor.set_stage("warmup")
+            timing["warmup_s"] = warm_up(trainer, loaders, cfg)
+            energy = train_epochs(trainer, loaders, cfg, monitor, progress, rows)
+    except TimeLimitReached:
+        where = ("in the warm-up" if "warmup_s" not in timing
+                 else f"in timed epoch {len(rows) + 1} of {cfg.epochs}")
+        status, reason = "failed", (
+            f"time limit of {cfg.time_limit:g} s reached {where}; raise the limit (config "
+            f"experiments.{cfg.experiment}.time_limit, or --time-limit) or time fewer epochs")
+        timing.setdefault("warmup_s", time.perf_counter() - warmup_start)
+        rows = []  # only complete cells have epoch rows
     except devices.DeviceUnavailable as exc:
         status, reason = "unavailable", f"{cfg.device} unavailable: {exc}"
     except data.DataError as exc:

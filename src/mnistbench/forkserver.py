@@ -1,0 +1,487 @@
+"""A fork server for timed cells: one process imports torch and the trainer once, then starts
+every ``mnistbench train`` of a study by forking, so a cell's start costs a fork (~0.1 s)
+instead of ``import torch`` (2.7-4.9 s on the 2-core development machine).
+
+Each cell is still its own process, forked from a parent that has only imported modules: no
+tensor, no thread pool, no CUDA context exists before the fork, so the child starts from the
+same state a fresh process reaches after its imports. The child takes the client's working
+folder, environment and standard streams (passed as file descriptors over a Unix socket), runs
+``mnistbench train`` with the client's arguments and exits; the client waits, forwards the
+signals it receives (a stopped Snakemake job stops its cell) and exits with the cell's code.
+
+The server serves only what it can serve faithfully and the client runs the cell itself
+otherwise (nothing but the start-up cost differs):
+
+- only ``train``, only for clients of the same user (``SO_PEERCRED``);
+- only when every environment variable read while libraries load (``OMP_*``, ``MKL_*``,
+  ``LD_*``, ``PYTHON*``, ... see :func:`load_time_environment`) is the same in the client as
+  in the server, because the server loaded those libraries under its own values;
+- a server that cannot be reached, or that refuses, makes the client say so on stderr.
+
+Every summary records how its process started (``env.launch``: ``exec`` or ``fork-server``)
+and ``timing.startup_s`` counts from the client's start, so the overhead stays visible.
+
+Start a server: ``python -m mnistbench.forkserver --socket PATH [--parent-pid PID]`` (the
+workflow does it, see :func:`spawn`), and point clients at it with ``$MNISTBENCH_FORKSERVER``.
+The server ends when its parent process ends, after ``--idle-timeout`` seconds without
+clients, or on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .timing import process_start_unix
+
+#: Environment variable naming the server's socket; clients delegate ``train`` when it is set.
+SOCKET_ENV = "MNISTBENCH_FORKSERVER"
+#: Set in a forked cell: how the process started (recorded as env.launch) and when the client
+#: started (Unix time, s), so that timing.startup_s counts from the client's start.
+LAUNCH_ENV = "MNISTBENCH_LAUNCH"
+START_ENV = "MNISTBENCH_PROCESS_START"
+#: Prefixes and names of environment variables that libraries read when they load (thread
+#: pools, allocators, the dynamic loader, the interpreter): they must match between client and
+#: server, or the forked cell would run under the server's values.
+LOAD_TIME_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "VECLIB_",
+                      "NUMEXPR_", "LD_", "PYTHON", "MALLOC_", "GLIBC_", "TORCH_", "PYTORCH_",
+                      "CUDA_", "NCCL_", "NVIDIA_", "DNNL_", "ONEDNN_", "ATEN_")
+#: Modules the server imports before it serves (everything `mnistbench train` imports).
+PRELOAD = ("mnistbench.cli", "mnistbench.train", "psutil")
+_HEADER = struct.Struct("!I")  # length of the JSON request that follows, in bytes
+_MAX_REQUEST = 1 << 20  # bytes
+_KILL_GRACE_S = 5.0  # s between SIGTERM and SIGKILL for a cell whose client vanished
+
+
+def load_time_environment(env: dict[str, str]) -> dict[str, str]:
+    """The variables of ``env`` that libraries read when they load (see LOAD_TIME_PREFIXES)."""
+    return {k: v for k, v in env.items() if k.startswith(LOAD_TIME_PREFIXES)}
+
+
+# --------------------------------------------------------------------------------------------
+# Server.
+@dataclass
+class _Cell:
+    conn: socket.socket
+    kill_at: float | None = None  # monotonic time of the SIGKILL once the client has gone
+    exited: bool = False
+
+
+@dataclass
+class Server:
+    """The serving loop; one process, one thread, forks only from the main thread."""
+
+    path: Path
+    parent_pid: int | None = None
+    idle_timeout: float = 0.0  # s without cells before the server ends; 0: never
+    cells: dict[int, _Cell] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)  # its load-time variables
+
+    def serve(self) -> int:
+        """Accept clients until the parent ends, the idle timeout passes or a signal comes."""
+        started = time.perf_counter()
+        for name in PRELOAD:
+            __import__(name)
+        self.environment = load_time_environment(dict(os.environ))
+        _log(f"imported {', '.join(PRELOAD)} in {time.perf_counter() - started:.2f} s")
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(self.path))
+        os.chmod(self.path, 0o600)
+        listener.listen(16)
+        stopping = []
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, frame: stopping.append(signum))
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ)
+        self.listener, self.selector = listener, selector
+        last_busy = time.monotonic()
+        served = 0
+        _log(f"serving {self.path}")
+        try:
+            while not stopping:
+                for key, _ in selector.select(timeout=0.2):
+                    if key.fileobj is listener:
+                        try:
+                            served += self._accept()
+                        except OSError as exc:  # one client's trouble never ends the server
+                            _log(f"client failed: {exc}")
+                    else:
+                        self._client_event(key.data)
+                self._reap()
+                self._enforce_kills()
+                if self.cells:
+                    last_busy = time.monotonic()
+                elif self._parent_gone() or (
+                        self.idle_timeout and time.monotonic() - last_busy > self.idle_timeout):
+                    break
+        finally:
+            for pid in list(self.cells):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+        why = (f"signal {stopping[0]}" if stopping else "parent ended" if self._parent_gone()
+               else "idle")
+        _log(f"served {served} cell(s); stopped ({why})")
+        return 0
+
+    def _parent_gone(self) -> bool:
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
+
+    def _accept(self) -> int:
+        """Serve one client: 1 when a cell was forked, else 0."""
+        conn, _ = self.listener.accept()
+        conn.settimeout(10.0)
+        try:
+            request, fds = _receive_request(conn)
+        except (OSError, ValueError) as exc:
+            _reply(conn, {"refused": f"bad request: {exc}"})
+            conn.close()
+            return 0
+        try:
+            refusal = self._refusal(conn, request, fds)
+            if refusal:
+                _log(f"refused a client: {refusal}")
+                _reply(conn, {"refused": refusal})
+                conn.close()
+                return 0
+            pid = os.fork()
+            if pid == 0:  # the cell: drop the server's sockets, keep only its own streams
+                server_fds = [self.listener.fileno(), self.selector.fileno(), conn.fileno(),
+                              *(c.conn.fileno() for c in self.cells.values())]
+                _run_child(request, fds, close=server_fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.cells[pid] = _Cell(conn)
+        self.selector.register(conn, selectors.EVENT_READ, data=pid)
+        with contextlib.suppress(OSError):  # a client gone already: its EOF stops the cell
+            _reply(conn, {"pid": pid})
+        conn.setblocking(False)
+        _log(f"cell {pid}: mnistbench {' '.join(request['argv'][:1])} in {request['cwd']}")
+        return 1
+
+    def _refusal(self, conn: socket.socket, request: dict, fds: list[int]) -> str:
+        """Why this request is not served here ('' when it is)."""
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        if uid != os.geteuid():
+            return f"client uid {uid} is not the server's uid {os.geteuid()}"
+        argv, env = request.get("argv"), request.get("env")
+        if not (isinstance(argv, list) and argv[:1] == ["train"]
+                and all(isinstance(a, str) for a in argv)):
+            return "the fork server runs only `mnistbench train`"
+        if not isinstance(env, dict) or not isinstance(request.get("cwd"), str):
+            return "request lacks env or cwd"
+        if len(fds) != 3:
+            return f"expected 3 file descriptors (stdin, stdout, stderr), got {len(fds)}"
+        differ = sorted(set(load_time_environment(env).items())
+                        ^ set(self.environment.items()))
+        if differ:
+            names = sorted({k for k, _ in differ})
+            return ("the client's load-time environment differs from the server's in "
+                    f"{', '.join(names)}")
+        return ""
+
+    def _client_event(self, pid: int) -> None:
+        cell = self.cells.get(pid)
+        if cell is None:
+            return
+        try:
+            gone = cell.conn.recv(1) == b""
+        except BlockingIOError:
+            return
+        except OSError:
+            gone = True
+        if gone and cell.kill_at is None:  # the client has gone: stop its cell
+            self.selector.unregister(cell.conn)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            cell.kill_at = time.monotonic() + _KILL_GRACE_S
+
+    def _enforce_kills(self) -> None:
+        now = time.monotonic()
+        for pid, cell in self.cells.items():
+            if cell.kill_at is not None and now >= cell.kill_at:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                cell.kill_at = float("inf")
+
+    def _reap(self) -> None:
+        while self.cells:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            cell = self.cells.pop(pid, None)
+            if cell is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            if cell.kill_at is None:
+                self.selector.unregister(cell.conn)
+            with contextlib.suppress(OSError):
+                cell.conn.setblocking(True)
+                _reply(cell.conn, {"exit": 128 - code if code < 0 else code})
+            cell.conn.close()
+
+
+def _run_child(request: dict, fds: list[int], close: list[int]) -> None:
+    """In the forked cell: take over the client's streams, folder and environment, close the
+    server's descriptors ``close``, run the command and exit with its code (never returns)."""
+    code = 1
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        for fd in {*fds, *close} - {0, 1, 2}:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stream
+        sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
+        os.chdir(request["cwd"])
+        env = dict(request["env"])
+        env.pop(SOCKET_ENV, None)
+        env.pop(SOCKET_ENV + "_PID", None)
+        env[LAUNCH_ENV] = "fork-server"
+        env[START_ENV] = repr(float(request.get("start") or time.time()))
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = ["mnistbench", *request["argv"]]
+        from . import cli
+
+        code = cli.main(request["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        # Exit like a process that ran `mnistbench train`: exit handlers run (e.g. DataLoader
+        # and multiprocessing clean-up), streams are flushed; never return into the server.
+        with contextlib.suppress(BaseException):
+            atexit._run_exitfuncs()
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 3)
+    try:
+        while len(data) < _HEADER.size:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ValueError("connection closed in the header")
+            data += chunk
+        (length,) = _HEADER.unpack_from(data)
+        if length > _MAX_REQUEST:
+            raise ValueError(f"request of {length} bytes")
+        while len(data) < _HEADER.size + length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ValueError("connection closed in the request")
+            data += chunk
+        request = json.loads(data[_HEADER.size:_HEADER.size + length])
+        if not isinstance(request, dict):
+            raise ValueError("the request is not a JSON object")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return request, list(fds)
+
+
+def _log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} fork server {os.getpid()}: {message}", flush=True)
+
+
+def _reply(conn: socket.socket, message: dict) -> None:
+    conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+# --------------------------------------------------------------------------------------------
+# Client.
+def delegate(argv: list[str], path: str | None = None, wait_s: float = 30.0) -> int | None:
+    """Run ``mnistbench <argv>`` in the fork server at ``path`` (default: $MNISTBENCH_FORKSERVER)
+    and return its exit code; None when no server serves it (the caller then runs it itself).
+
+    A server that is still starting (its socket not there yet while the process named by
+    ``$MNISTBENCH_FORKSERVER_PID`` lives) is waited for up to ``wait_s`` seconds.
+    """
+    path = path or os.environ.get(SOCKET_ENV, "")
+    if not path:
+        return None
+    start = process_start_unix()
+    conn = _connect(path, wait_s)
+    if isinstance(conn, str):
+        _note(f"fork server {path} not reachable ({conn}); starting the cell as a new process")
+        return None
+    with conn:
+        request = {"argv": list(argv), "cwd": os.getcwd(), "env": dict(os.environ),
+                   "start": start}
+        body = json.dumps(request).encode()
+        socket.send_fds(conn, [_HEADER.pack(len(body)) + body], [0, 1, 2])
+        reader = conn.makefile("rb")
+        first = _read_message(reader)
+        if "refused" in first:
+            _note(f"fork server {path} refused the cell ({first['refused']}); starting it as "
+                  "a new process")
+            return None
+        if "pid" not in first:
+            _note(f"fork server {path} answered {first!r}; starting the cell as a new process")
+            return None
+        pid = int(first["pid"])
+        forward = {sig: signal.signal(sig, lambda signum, frame: _send(pid, signum))
+                   for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+        try:
+            last = _read_message(reader)
+        finally:
+            for sig, handler in forward.items():
+                signal.signal(sig, handler)
+    if "exit" not in last:
+        _note(f"fork server {path} ended before cell process {pid} reported its exit code")
+        return 1
+    return int(last["exit"])
+
+
+def _connect(path: str, wait_s: float) -> socket.socket | str:
+    deadline = time.monotonic() + wait_s
+    while True:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(path)
+            return conn
+        except OSError as exc:
+            conn.close()
+            if time.monotonic() >= deadline or not _server_starting():
+                return f"{type(exc).__name__}: {exc.strerror or exc}"
+        time.sleep(0.1)
+
+
+def _server_starting() -> bool:
+    """Whether the server named by $MNISTBENCH_FORKSERVER_PID is alive (still importing)."""
+    try:
+        os.kill(int(os.environ.get(SOCKET_ENV + "_PID", "")), 0)
+    except (ValueError, ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _read_message(reader) -> dict:
+    while True:
+        try:
+            line = reader.readline()
+        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for clarity
+            continue
+        if not line:
+            return {}
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            return {}
+        return message if isinstance(message, dict) else {}
+
+
+def _send(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signum)
+
+
+def _note(message: str) -> None:
+    print(f"mnistbench: {message}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Starting and stopping a server (the workflow's hooks).
+@dataclass
+class Handle:
+    """A running server started by :func:`spawn`."""
+
+    process: subprocess.Popen
+    path: Path
+
+    def environment(self) -> dict[str, str]:
+        """The variables that make clients use this server."""
+        return {SOCKET_ENV: str(self.path), SOCKET_ENV + "_PID": str(self.process.pid)}
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Wait until the server accepts clients (its imports done); False if it ended or
+        ``timeout`` s passed first."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if self.path.exists():
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """End the server (its running cells get SIGTERM) and remove its folder."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        with contextlib.suppress(OSError):
+            self.path.parent.rmdir()
+
+
+def spawn(python: str | None = None, log: Path | None = None,
+          env: dict[str, str] | None = None, idle_timeout: float = 0.0) -> Handle:
+    """Start a server as a child of this process, in a private temporary folder; returns at
+    once (clients wait for it while it imports). It ends when this process ends."""
+    folder = Path(tempfile.mkdtemp(prefix="mnistbench-fs-"))
+    path = folder / "socket"
+    command = [python or sys.executable, "-m", "mnistbench.forkserver", "--socket", str(path),
+               "--parent-pid", str(os.getpid()), "--idle-timeout", str(idle_timeout)]
+    output = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
+    try:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
+                                   stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    finally:
+        if log:
+            output.close()
+    return Handle(process, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m mnistbench.forkserver``: serve until the parent ends."""
+    parser = argparse.ArgumentParser(prog="python -m mnistbench.forkserver",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--socket", type=Path, required=True, help="Unix socket path to serve")
+    parser.add_argument("--parent-pid", type=int, default=None,
+                        help="end when this process (the one that started the server) ends")
+    parser.add_argument("--idle-timeout", type=float, default=0.0,
+                        help="end after this many seconds without cells (0: never)")
+    args = parser.parse_args(argv)
+    return Server(args.socket, args.parent_pid, args.idle_timeout).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
