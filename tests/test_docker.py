@@ -3,8 +3,9 @@ stay in step and pass hadolint (no engine needed), and, against a real Docker en
 ``docker``): the image's contents, labels and environment, the mnistbench CLI inside it, who
 owns the files it writes, prompt ``docker stop`` and exit codes passed back, its environment
 name, arguments passed through to Snakemake, a tiny study run by the default entrypoint on a
-read-only data folder, a cell that matches a local run of the same cell, and a rebuild after
-a code change that reuses the dependency layers.
+read-only data folder, a cell that matches a local run of the same cell, a rebuild after
+a code change that reuses the dependency layers, and the workflow's docker runner (runner:
+docker builds the images and runs each cell in one) against the local runner.
 
 Image under test: ``$MNISTBENCH_DOCKER_IMAGE`` when set (scripts/ci-docker builds it once
 before pytest), else the session builds docker/cpu.Dockerfile as ``mnistbench:pytest`` with
@@ -20,6 +21,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -472,3 +474,107 @@ def test_code_change_rebuild_reuses_dependency_layers(image, tmp_path):
         assert package and not cached[package[0]]
     finally:
         _docker("rmi", tag, check=False)
+
+
+# --------------------------------------------------------------------------------------------
+# The workflow's docker runner (runner: docker) against the same study run locally.
+def _runner_study(data_dir: Path, workdir: Path, runner: str) -> dict:
+    """One cpu and one cuda sweep cell of a few steps; with runner docker, both devices' images
+    are docker/cpu.Dockerfile (built by the workflow with the CI build arguments, so from the
+    cache) under their own tags."""
+    options = _build_args()
+    for i in range(len(options) - 1, 0, -1):  # the workflow names each image after its tag
+        if options[i - 1] == "--build-arg" and options[i].startswith("IMAGE_NAME="):
+            del options[i - 1:i + 1]
+    return {
+        "env": "",
+        "data_dir": str(data_dir),
+        "default_mirrors": False,
+        "devices": ["cpu", "cuda"],
+        "runner": runner,
+        "lock_file": str(workdir / "timed-cell.lock"),
+        "experiments": {
+            "convergence": {"enabled": False},
+            "sweep": {"batch_sizes": [32], "precisions": ["fp32"], "loaders": ["resident"],
+                      "repeats": 1, "max_steps": 2, "train_limit": 256, "test_limit": 128,
+                      "warmup_steps": 1},
+        },
+        "docker": {
+            "images": {device: {"dockerfile": "docker/cpu.Dockerfile",
+                                "tag": f"mnistbench:pytest-runner-{device}"}
+                       for device in ("cpu", "cuda")},
+            "build_options": options,
+        },
+    }
+
+
+def _snakemake_study(workdir: Path, config: dict) -> subprocess.CompletedProcess:
+    """``snakemake --cores 2 results/summary.csv`` of the project in ``workdir``, with the
+    default environment name and the classic builder (whose cache the image fixture filled)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    configfile = workdir / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    env = dict(os.environ, DOCKER_BUILDKIT="0")
+    env.pop("MNISTBENCH_ENV", None)
+    snakemake = Path(sys.executable).parent / "snakemake"
+    return subprocess.run([str(snakemake), "--snakefile", str(REPO / "Snakefile"), "--directory",
+                           str(workdir), "--configfile", str(configfile), "--cores", "2",
+                           "results/summary.csv"], capture_output=True, text=True,
+                          timeout=BUILD_TIMEOUT_S, check=False, env=env)
+
+
+def _summary_rows(results: Path) -> tuple[list[str], dict[str, dict]]:
+    """summary.csv's header and its rows by cell."""
+    with (results / "summary.csv").open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or []), {row["cell"]: row for row in reader}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_workflow_docker_runner_matches_local_runner(image, ro_data, tmp_path):
+    """runner: docker builds each device's image, records its ID and runs each cell in it: the
+    same summary.csv columns and statuses per cell as runner: local (cuda unavailable where
+    Docker cannot give a container a GPU, with Docker's reason), files owned by the invoking
+    user, and each cell records the ID of its image."""
+    if os.environ.get(IMAGE_VAR) and BUILD_ARGS_VAR not in os.environ:
+        pytest.skip(f"{IMAGE_VAR} is set without {BUILD_ARGS_VAR}: the workflow's builds would "
+                    "not come from the cache of that image")
+    tags = {device: f"mnistbench:pytest-runner-{device}" for device in ("cpu", "cuda")}
+    host = sysinfo.safe_name(socket.gethostname().split(".")[0], default="host")
+    try:
+        boxed = _snakemake_study(tmp_path / "docker", _runner_study(ro_data, tmp_path,
+                                                                    "docker"))
+        assert boxed.returncode == 0, boxed.stdout[-5000:] + boxed.stderr[-5000:]
+        local = _snakemake_study(tmp_path / "local", _runner_study(ro_data, tmp_path, "local"))
+        assert local.returncode == 0, local.stdout[-5000:] + local.stderr[-5000:]
+        results = tmp_path / "docker" / "results"
+        header, rows = _summary_rows(results)
+        local_header, local_rows = _summary_rows(tmp_path / "local" / "results")
+        assert header == local_header
+        assert {cell: row["status"] for cell, row in rows.items()} == {
+            cell: row["status"] for cell, row in local_rows.items()}
+        assert {row["env"] for row in rows.values()} == {f"{host}-docker"}
+        assert {row["env"] for row in local_rows.values()} == {f"{host}-local"}
+        assert rows["cpu-fp32-resident-b32-r0"]["status"] == "ok"
+        runtimes = _docker("info", "--format", "{{json .Runtimes}}").stdout
+        cuda = rows["cuda-fp32-resident-b32-r0"]
+        if "nvidia" not in runtimes:  # --gpus fails: the cell ran again without a GPU
+            assert cuda["status"] == "unavailable"
+            assert "docker could not give the container a GPU" in cuda["reason"], cuda["reason"]
+        for device, tag in tags.items():
+            record = json.loads((results / "images" / f"{device}.json").read_text())
+            assert record["tag"] == tag
+            assert record["image_id"] == _docker("image", "inspect", "--format", "{{.Id}}",
+                                                 tag).stdout.strip()
+            summary = json.loads((results / "runs" / f"{host}-docker" / "sweep" /
+                                  f"{device}-fp32-resident-b32-r0" / schema.SUMMARY_FILE)
+                                 .read_text())
+            assert summary["env"]["container_image_id"] == record["image_id"]
+            assert summary["env"]["container"] == tag
+        assert {row["container_image_id"] for row in local_rows.values()} == {""}
+        assert (results / "logs" / "images" / "cpu.log").is_file()
+        assert _tree_owners(results) == {(os.geteuid(), os.getegid())}
+    finally:
+        for tag in tags.values():
+            _docker("rmi", tag, check=False)

@@ -12,11 +12,17 @@ Precisions (allowed values of ``--precision``):
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 
 DEVICES = ("cpu", "cuda")
 LOADERS = ("dataloader", "resident")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+#: Environment variable with why the process was started without a GPU (set by the docker
+#: runner, mnistbench.container, when Docker could not give the container one); appended to the
+#: reason of a cuda cell that finds no GPU.
+GPU_NOTE_VAR = "MNISTBENCH_GPU_NOTE"
 
 #: device -> precisions it supports.
 SUPPORTED: dict[str, tuple[str, ...]] = {
@@ -71,6 +77,9 @@ def pick_device(name: str):
             reason = "no CUDA GPU is visible to torch"
             if torch.version.cuda is None:
                 reason += " (this torch build has no CUDA support)"
+            note = os.environ.get(GPU_NOTE_VAR, "").strip()
+            if note:
+                reason += f"; {note}"
             raise DeviceUnavailable(reason)
         return torch.device("cuda", 0)
     return torch.device("cpu")
