@@ -12,6 +12,7 @@ rule aggregate:
         columns="results/columns.csv",
     log:
         "results/logs/aggregate.log",
+    localrule: True  # on a cluster: here, not as a job
     conda:
         "../envs/mnistbench.yaml"
     params:

@@ -22,6 +22,7 @@ rule report:
         ),
     log:
         "results/logs/report.log",
+    localrule: True  # on a cluster: here, not as a job
     conda:
         "../envs/mnistbench.yaml"
     params:
