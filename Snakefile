@@ -13,6 +13,7 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/docker.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/aggregate.smk"

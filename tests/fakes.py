@@ -125,7 +125,7 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                         "warmup_steps": 3,
                         "max_steps": SWEEP_MAX_STEPS if experiment == "sweep" else 0,
                         "train_limit": 0, "test_limit": 0, "eval_batch_size": 1000,
-                        "sample_interval": sample_interval,
+                        "sample_interval": sample_interval, "time_limit": 0,
                     }
                     folder = runs / env / experiment / cid
                     write_cell(folder, params, status=status, reason=reason, machine=machine,
@@ -370,8 +370,9 @@ def _env_capture(machine: Machine, hostname: str, has_gpu: bool) -> dict:
         "gpu_count": 1 if has_gpu else 0,
         "gpu_memory_gb": machine.gpu_memory_gb if has_gpu else None,
         "gpu_driver": "570.124.06" if has_gpu else "",
-        "git_revision": "42bbbe9", "mnistbench": "0.1.0", "container": "", "slurm_job_id": "",
-        "slurm_partition": "", "slurm_node": "",
+        "git_revision": "42bbbe9", "mnistbench": "0.1.0", "container": "",
+        "container_image_id": "", "slurm_job_id": "", "slurm_partition": "",
+        "slurm_node": "", "launch": "fork-server",
     }
     assert list(env) == list(schema.ENV_FIELDS)
     return env

@@ -119,6 +119,14 @@ def test_container_and_slurm_come_from_env_vars(monkeypatch):
         "4242", "gpu", "node07")
 
 
+def test_container_image_id_comes_from_the_docker_runner(monkeypatch):
+    """$MNISTBENCH_CONTAINER_IMAGE_ID (set by the docker runner) is recorded; empty without."""
+    monkeypatch.delenv(sysinfo.IMAGE_ID_VAR, raising=False)
+    assert sysinfo.capture()["container_image_id"] == ""
+    monkeypatch.setenv(sysinfo.IMAGE_ID_VAR, "sha256:" + "0f" * 32)
+    assert sysinfo.capture()["container_image_id"] == "sha256:" + "0f" * 32
+
+
 def test_capture_never_raises_without_torch(monkeypatch):
     """With torch unimportable the torch fields are empty and the rest is still captured."""
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
@@ -137,6 +145,18 @@ def test_default_env_name_local_and_containers(monkeypatch):
     assert sysinfo.default_env_name() == "My-Host-docker-mnistbench-cpu"
     monkeypatch.setenv("APPTAINER_CONTAINER", "/scratch/mnistbench.sif")
     assert sysinfo.default_env_name() == "My-Host-apptainer-mnistbench-cpu"
+
+
+def test_default_env_name_for_the_docker_runner(monkeypatch):
+    """runtime="docker" (the workflow's docker runner) names the host and docker, no image;
+    $MNISTBENCH_ENV still wins."""
+    monkeypatch.setattr(sysinfo.socket, "gethostname", lambda: "box.example.org")
+    monkeypatch.delenv("MNISTBENCH_CONTAINER", raising=False)
+    monkeypatch.delenv("MNISTBENCH_ENV", raising=False)
+    assert sysinfo.default_env_name(runtime="docker") == "box-docker"
+    assert sysinfo.default_env_name(runtime="local") == "box-local"
+    monkeypatch.setenv("MNISTBENCH_ENV", "lab")
+    assert sysinfo.default_env_name(runtime="docker") == "lab"
 
 
 def test_default_env_name_prefers_mnistbench_env(monkeypatch):

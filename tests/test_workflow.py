@@ -287,6 +287,7 @@ def test_study_runs_every_cell_to_the_aggregated_tables(study):
                                      else cuda_status), name
         assert summary["params"]["env"] == ENV
         assert summary["params"]["experiment"] == name.split("/")[0]
+        assert summary["env"]["launch"] == "fork-server", name  # config fork_server: true
     assert cells["convergence/cpu-fp32-resident-b128-r0"]["params"]["epochs"] == 2
     assert cells["sweep/cpu-fp32-resident-b32-r0"]["params"]["max_steps"] == 2
     tables = aggregate.load_tables(workdir / "results")
@@ -298,6 +299,10 @@ def test_study_runs_every_cell_to_the_aggregated_tables(study):
     assert {p.stem for p in (logs / "runs" / ENV / "sweep").glob("*.log")} == {
         name.split("/")[1] for name in cells if name.startswith("sweep/")}
     assert (logs / "aggregate.log").is_file() and (logs / "cost_model.log").is_file()
+    server_log = (logs / "forkserver.log").read_text()
+    pids = re.findall(r"fork server (\d+): serving", server_log)
+    assert len(pids) == 1 and "stopped" in server_log, server_log
+    assert not psutil.pid_exists(int(pids[0]))  # ended with the Snakemake run
 
 
 @pytest.mark.slow
@@ -343,20 +348,22 @@ def test_report_and_snakemake_report_zip(study):
 @pytest.mark.slow
 def test_rerun_redoes_only_a_missing_cell(study):
     """Deleting one cell's summary.json makes the next `snakemake` (default target) redo that
-    cell alone, then the tables and the report, leaving every other cell's files untouched."""
+    cell alone (here without the fork server), then the tables and the report, leaving every
+    other cell's files untouched."""
     workdir, config, _ = study
     runs = workdir / "results" / "runs" / ENV
     lost = runs / "sweep" / "cpu-fp32-resident-b32-r0" / schema.SUMMARY_FILE
     others = {p: p.stat().st_mtime_ns for p in runs.glob(f"*/*/{schema.SUMMARY_FILE}")
               if p != lost}
     lost.unlink()
-    proc = snakemake(workdir, config, "--cores", "2")
+    proc = snakemake(workdir, config, "--cores", "2", "--config", "fork_server=False")
     assert proc.returncode == 0, proc.stdout
     assert planned_cells(proc.stdout) == {(ENV, "sweep", "cpu-fp32-resident-b32-r0")}
+    assert json.loads(lost.read_text())["env"]["launch"] == "exec"  # a new process per cell
     assert jobs_of_rule(proc.stdout, "aggregate") == jobs_of_rule(proc.stdout, "report") == 1
     assert lost.is_file()
     assert {p: p.stat().st_mtime_ns for p in others} == others
-    proc = snakemake(workdir, config, "--cores", "2")
+    proc = snakemake(workdir, config, "--cores", "2", "--config", "fork_server=False")
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout, proc.stdout
 
 
@@ -391,6 +398,7 @@ def test_a_crashed_cell_fails_the_run_and_only_it_and_later_cells_rerun(tmp_path
     config = tiny_config(tiny_mnist, tmp_path)
     config["experiments"]["convergence"]["enabled"] = False
     config["experiments"]["sweep"]["batch_sizes"] = [16, 32, 64]
+    config["experiments"]["sweep"]["epochs"] = 100  # long enough to be killed while running
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
                "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -42,6 +43,13 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {value}")
     return value
 
 
@@ -137,6 +145,9 @@ def _add_train(sub) -> None:
                    "the same shapes as training, which warm-up and autotuning already cover)")
     p.add_argument("--sample-interval", type=_positive_float, default=0.5,
                    help="resource sampler period in seconds")
+    p.add_argument("--time-limit", type=_non_negative_float, default=0.0, metavar="SECONDS",
+                   help="wall-clock limit of the warm-up and timed epochs; a cell that reaches "
+                   "it is recorded as failed and exits 12 (0: no limit)")
     p.add_argument("--env", default=None,
                    help="environment name recorded in the summary (default: $MNISTBENCH_ENV "
                    "or the host name)")
@@ -227,6 +238,109 @@ def _cmd_report(args) -> int:
     return 0
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _add_docker(sub) -> None:
+    p = sub.add_parser(
+        "docker",
+        help="the workflow's docker runner: check the engine, build an image, run a cell",
+        description="Run timed cells in the project's container images (what the workflow "
+        "does with runner: docker; docs/docker.md). `check` asks the Docker engine for its "
+        "version; `build` builds an image and records its ID; `run` runs one `mnistbench "
+        "train` cell in a recorded image.",
+    )
+    verbs = p.add_subparsers(dest="docker_command", required=True, metavar="ACTION")
+    option_help = ("one argument passed to docker %s as it is (repeatable; write "
+                   "--docker-option=VALUE for values that start with -)")
+
+    check = verbs.add_parser("check", help="print the Docker server version, or why none "
+                             "answers (exit 1)")
+    check.set_defaults(func=_cmd_docker_check)
+
+    build = verbs.add_parser(
+        "build", help="build an image and write its record (ID, tag, inputs) as JSON",
+        description="docker build -f DOCKERFILE -t TAG CONTEXT, then write RECORD (image ID, "
+        "tag, Dockerfile digest, build arguments, engine version, build time) atomically. "
+        "IMAGE_NAME (the tag), REVISION (git revision) and CREATED (now) are passed as build "
+        "arguments unless given. A failed build leaves no record.")
+    build.add_argument("--dockerfile", type=Path, required=True)
+    build.add_argument("--tag", required=True, help="image name:tag")
+    build.add_argument("--context", type=Path, default=Path("."),
+                       help="build context: the project's root folder (default: %(default)s)")
+    build.add_argument("--build-arg", type=_key_value, action="append", default=[],
+                       metavar="KEY=VALUE", help="a build argument (repeatable)")
+    build.add_argument("--docker-option", action="append", default=[], metavar="ARG",
+                       help=option_help % "build")
+    build.add_argument("--record", type=Path, required=True, help="JSON record to write")
+    build.set_defaults(func=_cmd_docker_build)
+
+    run = verbs.add_parser(
+        "run", help="run one `mnistbench train` cell in a recorded image",
+        description="docker run --rm the image of RECORD (by ID) with `mnistbench train ARGS`: "
+        "--data mounted read-only, the results folder mounted at /work/results (the cell's "
+        "files belong to that folder's owner), --network none, --gpus for cuda cells. Exits "
+        "with the trainer's code (10 unavailable, 11 oom, 12 failed); a cuda cell whose "
+        "container Docker cannot give a GPU records status unavailable.",
+        usage="mnistbench docker run [-h] --record RECORD [--results DIR] [--shm-size SIZE] "
+        "[--docker-option=ARG ...] -- train ARGS...")
+    run.add_argument("--record", type=Path, required=True,
+                     help="image record written by `mnistbench docker build`")
+    run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
+                     help="host folder mounted at /work/results; the train command's --out "
+                     "must lie in it (default: %(default)s)")
+    run.add_argument("--shm-size", default="2g", metavar="SIZE",
+                     help="shared memory of the container, e.g. 512m or 2g (DataLoader "
+                     "workers pass batches through it; default: %(default)s)")
+    run.add_argument("--docker-option", action="append", default=[], metavar="ARG",
+                     help=option_help % "run")
+    run.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- train ARGS",
+                     help="the mnistbench train command of the cell")
+    run.set_defaults(func=_cmd_docker_run)
+
+
+def _cmd_docker_check(args) -> int:
+    from . import container
+
+    try:
+        print(container.check_engine())
+    except container.ContainerError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def _cmd_docker_build(args) -> int:
+    from . import container
+
+    try:
+        record = container.build_image(args.dockerfile, args.tag, dict(args.build_arg),
+                                       args.docker_option, args.context, args.record)
+    except container.ContainerError as exc:
+        raise CliError(str(exc)) from None
+    print(record["image_id"])
+    return 0
+
+
+def _cmd_docker_run(args) -> int:
+    from . import container
+
+    train_args = list(args.train_args)
+    if train_args[:1] == ["--"]:
+        train_args = train_args[1:]
+    if not re.fullmatch(r"[1-9][0-9]*[bkmg]?", args.shm_size):
+        raise CliError(f"--shm-size {args.shm_size!r}: give a number of bytes with an "
+                       "optional unit b, k, m or g, e.g. 2g.")
+    try:
+        return container.run_cell(args.record, train_args, args.results, args.shm_size,
+                                  args.docker_option)
+    except container.ContainerError as exc:
+        raise CliError(str(exc)) from None
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -239,13 +353,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mnistbench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_fetch, _add_train, _add_env, _add_aggregate, _add_report):
+    for add in (_add_fetch, _add_train, _add_env, _add_aggregate, _add_report,
+                _add_docker):
         add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mnistbench`` console script."""
+    """Entry point of the ``mnistbench`` console script. With $MNISTBENCH_FORKSERVER set,
+    ``train`` runs in that fork server (forkserver.py) when it serves it."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"] and os.environ.get("MNISTBENCH_FORKSERVER"):
+        from . import forkserver
+
+        code = forkserver.delegate(argv)
+        if code is not None:
+            return code
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -18,7 +18,17 @@ The aggregate step flattens every ``summary.json`` into one row of ``results/sum
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+#: Version of summary.json. A later version only adds fields: every field added after
+#: version 1 is listed in :data:`ADDED_IN`, and a summary of an older version is read with those
+#: fields empty, so results of machines running an older mnistbench still merge.
+SCHEMA_VERSION = 2
+
+#: Field -> the schema version that added it (fields not listed are in version 1).
+ADDED_IN: dict[str, int] = {
+    "time_limit": 2,
+    "container_image_id": 2,
+    "launch": 2,
+}
 
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
 #: ``unavailable``: the device does not exist on this machine. ``failed``: any other error.
@@ -56,6 +66,8 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "test_limit": ("samples", "test samples used (0: all 10000)"),
     "eval_batch_size": ("samples", "batch size of the test-set evaluation (default: batch_size)"),
     "sample_interval": ("s", "resource sampler period"),
+    "time_limit": ("s", "wall-clock limit of the warm-up and timed epochs (0: none); a cell "
+                   "that reaches it is failed"),
 }
 
 ENV_FIELDS: dict[str, tuple[str, str]] = {
@@ -77,9 +89,13 @@ ENV_FIELDS: dict[str, tuple[str, str]] = {
     "git_revision": ("", "git revision of the project (with -dirty when modified)"),
     "mnistbench": ("", "mnistbench version"),
     "container": ("", "container image name when run in one"),
+    "container_image_id": ("", "ID (sha256:...) of the container image, when the workflow's "
+                           "docker runner started the cell"),
     "slurm_job_id": ("", "SLURM job id when run as a SLURM job"),
     "slurm_partition": ("", "SLURM partition"),
     "slurm_node": ("", "SLURM node name"),
+    "launch": ("", "how the cell's process started: exec (a new process) or fork-server "
+               "(forked from a process that had only imported torch; see forkserver.py)"),
 }
 
 TIMING_FIELDS: dict[str, tuple[str, str]] = {

@@ -9,6 +9,8 @@ Environment variables read:
 
 - ``MNISTBENCH_ENV``: the environment name (:func:`default_env_name`).
 - ``MNISTBENCH_CONTAINER``: image name, set when the container image is built.
+- ``MNISTBENCH_CONTAINER_IMAGE_ID``: image ID (``sha256:...``), set by the workflow's docker
+  runner (:mod:`mnistbench.container`) for each cell it starts.
 - ``MNISTBENCH_GIT_REVISION``: git revision baked into a container image, used when the
   package is not inside a git checkout.
 - ``SLURM_JOB_ID``, ``SLURM_JOB_PARTITION``, ``SLURMD_NODENAME``: set by SLURM.
@@ -33,6 +35,7 @@ from .schema import ENV_FIELDS
 
 ENV_NAME_VAR = "MNISTBENCH_ENV"
 CONTAINER_VAR = "MNISTBENCH_CONTAINER"
+IMAGE_ID_VAR = "MNISTBENCH_CONTAINER_IMAGE_ID"
 GIT_REVISION_VAR = "MNISTBENCH_GIT_REVISION"
 
 #: Seconds each git command may take before the revision is treated as unknown.
@@ -69,16 +72,18 @@ def _runtime() -> str:
     return "local"
 
 
-def default_env_name() -> str:
+def default_env_name(runtime: str | None = None) -> str:
     """The environment name recorded with every cell: ``$MNISTBENCH_ENV`` when set, else the
     short host name and the runtime, e.g. ``myhost-local`` or ``myhost-docker-mnistbench-cpu``
     (image ``mnistbench:cpu``, registry path dropped); always passed through
-    :func:`safe_name`."""
+    :func:`safe_name`. ``runtime`` (``local``, ``docker``, ``apptainer``) names the runtime of
+    the cells instead of this process's own: the workflow's docker runner passes ``docker``
+    (``myhost-docker``; its cells run in one image per device)."""
     explicit = os.environ.get(ENV_NAME_VAR, "").strip()
     if explicit:
         return safe_name(explicit)
     host = safe_name(socket.gethostname().split(".")[0], default="host")
-    runtime = _runtime()
+    runtime = runtime or _runtime()
     if runtime == "local":
         return f"{host}-local"
     image = os.environ.get(CONTAINER_VAR, "").strip().rsplit("/", 1)[-1]
@@ -224,9 +229,11 @@ def capture() -> dict[str, Any]:
         "git_revision": _safe(git_revision, ""),
         "mnistbench": __version__,
         "container": env.get(CONTAINER_VAR, ""),
+        "container_image_id": env.get(IMAGE_ID_VAR, ""),
         "slurm_job_id": env.get("SLURM_JOB_ID", ""),
         "slurm_partition": env.get("SLURM_JOB_PARTITION", ""),
         "slurm_node": env.get("SLURMD_NODENAME", ""),
+        "launch": env.get("MNISTBENCH_LAUNCH") or "exec",
     }
     info.update(_safe(_torch_fields, {}))
     info.update(_safe(_psutil_fields, {}))

@@ -11,6 +11,7 @@
 rule bench:
     input:
         data=ancient(DATA_FILES),
+        image=cell_image,  # runner docker: the image record of the cell's device (common.smk)
     output:
         summary="results/runs/{env}/{experiment}/{cell}/summary.json",
         epochs="results/runs/{env}/{experiment}/{cell}/epochs.csv",
@@ -18,14 +19,17 @@ rule bench:
     log:
         "results/logs/runs/{env}/{experiment}/{cell}.log",
     wildcard_constraints:
-        env=re.escape(ENV),
+        env="|".join(re.escape(env) for env in STUDY_ENVS),
         experiment="|".join(EXPERIMENTS),
         cell="[A-Za-z0-9._-]+",
     priority: cell_priority
     conda:
         "../envs/mnistbench.yaml"
+    container:
+        SLURM_CONTAINER  # slurm.smk: with --sdm apptainer, the cell in the image
     threads: MACHINE_CORES
     resources:
+        **slurm_resources(),  # slurm.smk: partition, GPU, CPUs, exclusive node (SLURM only)
         timed_cell=1,
     params:
         launcher=cell_launcher,
@@ -44,15 +48,16 @@ rule bench:
         max_steps=cell_param("max_steps"),
         train_limit=cell_param("train_limit"),
         test_limit=cell_param("test_limit"),
+        time_limit=cell_param("time_limit"),
         threads=config["threads"],
         workers=config["workers"],
         pin_memory=pin_memory_flag(),
+        unset=" ".join(THREAD_VARIABLES),
     shell:
         """
         status=0
         (
-            unset OMP_NUM_THREADS MKL_NUM_THREADS OPENBLAS_NUM_THREADS GOTO_NUM_THREADS \\
-            VECLIB_MAXIMUM_THREADS NUMEXPR_NUM_THREADS
+            unset {params.unset}
             flock 9 || exit 1
             {params.launcher} train --device {params.device} --precision {params.precision} \\
             --batch-size {params.batch_size} --loader {params.loader} \\
@@ -60,6 +65,7 @@ rule bench:
             --threads {params.threads} --workers {params.workers} {params.pin_memory} \\
             --warmup-steps {params.warmup_steps} --max-steps {params.max_steps} \\
             --train-limit {params.train_limit} --test-limit {params.test_limit} \\
+            --time-limit {params.time_limit} \\
             --data {params.data:q} --out {params.out:q} --env {wildcards.env} \\
             --experiment {wildcards.experiment} --cell {wildcards.cell} \\
             --repeat {params.repeat} --quiet

@@ -16,7 +16,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from mnistbench import cost, data, schema, sysinfo
+from mnistbench import cost, data, forkserver, schema, sysinfo
 from mnistbench.atomic import write_json, write_text
 from mnistbench.devices import DEVICES, is_supported
 
@@ -67,8 +67,12 @@ MACHINE_CORES = os.cpu_count() or 1
 def environment_name():
     """config `env`, else $MNISTBENCH_ENV, else host name + runtime; always a safe name."""
     wanted = config["env"].strip()
+    # runner docker: <host>-docker (the cells' runtime, not this process's).
+    runtime = "docker" if config["runner"] == "docker" else None
     name = (
-        sysinfo.safe_name(wanted, default="") if wanted else sysinfo.default_env_name()
+        sysinfo.safe_name(wanted, default="")
+        if wanted
+        else sysinfo.default_env_name(runtime=runtime)
     )
     if not name:
         raise WorkflowError(
@@ -80,6 +84,9 @@ def environment_name():
 
 
 ENV = environment_name()
+
+
+include: "slurm.smk"
 
 
 def nvidia_gpu_present():
@@ -108,12 +115,26 @@ def study_devices():
     """Devices of the matrix: config `devices` as listed, or for `auto` what this machine has.
     A device listed but absent still gets cells: the trainer records them as unavailable.
     """
+    # Under SLURM, auto means what the cluster has: slurm.partitions.
+    if config["devices"] == "auto" and ON_SLURM:
+        return ["cpu", "cuda"] if SLURM["partitions"]["cuda"] else ["cpu"]
     if config["devices"] == "auto":
         return ["cpu", "cuda"] if nvidia_gpu_present() else ["cpu"]
     return list(config["devices"])
 
 
 DEVICES_OF_STUDY = study_devices()
+
+
+def cell_envs(device):
+    """[(env, partition)] where the cells of ``device`` run: this environment locally; under
+    SLURM one environment per partition of the device (a node type)."""
+    return slurm_cell_envs(device) if ON_SLURM else [(ENV, None)]
+
+
+if ON_SLURM:
+    check_slurm_env_names(DEVICES_OF_STUDY)
+STUDY_ENVS = sorted({env for d in DEVICES_OF_STUDY for env, _ in cell_envs(d)})
 
 
 # ---------------------------------------------------------------------------------------
@@ -155,24 +176,31 @@ def build_matrix():
                                     "max_steps": spec["max_steps"],
                                     "train_limit": spec["train_limit"],
                                     "test_limit": spec["test_limit"],
+                                    "time_limit": spec["time_limit"],
                                 }
                             )
     return cells
 
 
-MATRIX = build_matrix()
-CELLS = {(c["experiment"], c["cell"]): c for c in MATRIX}
+# Each cell once per environment of its device (under SLURM: per partition, a node type).
+MATRIX = [
+    dict(c, env=env, partition=partition)
+    for c in build_matrix()
+    for env, partition in cell_envs(c["device"])
+]
+CELLS = {(c["env"], c["experiment"], c["cell"]): c for c in MATRIX}
 RANK = {key: index for index, key in enumerate(CELLS)}
 
 
 def cell(wildcards):
     """The matrix entry of the bench job's cell."""
-    key = (wildcards.experiment, wildcards.cell)
+    key = (wildcards.env, wildcards.experiment, wildcards.cell)
     if key not in CELLS:
         raise WorkflowError(
-            f"cell {wildcards.cell} of experiment {wildcards.experiment} is not in this "
-            f"study's matrix ({len(CELLS)} cells from the config); ask for a cell the "
-            "config defines, or change experiments.* in the config."
+            f"cell {wildcards.cell} of experiment {wildcards.experiment} in environment "
+            f"{wildcards.env} is not in this study's matrix ({len(CELLS)} cells from the "
+            "config); ask for a cell the config defines, or change experiments.* (or "
+            "slurm.partitions) in the config."
         )
     return CELLS[key]
 
@@ -184,13 +212,13 @@ def cell_param(name):
 
 def cell_priority(wildcards):
     """Earlier cells of the matrix run first: higher priority (Snakemake runs the highest)."""
-    return len(CELLS) - RANK[(wildcards.experiment, wildcards.cell)]
+    return len(CELLS) - RANK[(wildcards.env, wildcards.experiment, wildcards.cell)]
 
 
 def cell_summaries():
-    """summary.json of every cell of this environment's matrix."""
+    """summary.json of every cell of this study's matrix (its environments: STUDY_ENVS)."""
     return [
-        f"{RUNS}/{ENV}/{c['experiment']}/{c['cell']}/{schema.SUMMARY_FILE}"
+        f"{RUNS}/{c['env']}/{c['experiment']}/{c['cell']}/{schema.SUMMARY_FILE}"
         for c in MATRIX
     ]
 
@@ -202,7 +230,7 @@ def merged_summaries():
     others = sorted(
         str(path)
         for path in Path(RUNS).glob(f"*/*/*/{schema.SUMMARY_FILE}")
-        if path.parts[-4] != ENV and not path.parts[-4].startswith(".")
+        if path.parts[-4] not in STUDY_ENVS and not path.parts[-4].startswith(".")
     )
     return cell_summaries() + others
 
@@ -214,8 +242,21 @@ def merged_summaries():
 # 2. The train command runs under `flock` on a machine-wide lock file, which also serialises
 #    cells of two Snakemake invocations (other working directories, other users).
 # Bench jobs also claim every core (threads), so no other job of the study runs beside one.
+# Under SLURM the limit is lifted: cells run side by side on separate (exclusive) nodes, and
+# the lock still keeps two cells of one node apart (docs/slurm.md).
 TIMED_CELL_RESOURCE = "timed_cell"
-workflow.register_resource(TIMED_CELL_RESOURCE, 1)
+if not ON_SLURM:
+    workflow.register_resource(TIMED_CELL_RESOURCE, 1)
+# Snakemake sets these to the job's threads; a timed cell runs with torch's own default
+# instead (config threads), so the bench rule unsets them.
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 def timing_lock_file():
@@ -250,9 +291,14 @@ def software_prefix():
             'mnistbench() {{ python -m mnistbench.cli "$@"; }}; '
         )
     # The console script next to the Python running Snakemake (.venv/bin), else on PATH.
+    # Not inside an Apptainer container (slurm.container): there the image's own mnistbench.
     bindir = Path(sys.executable).parent
     if (bindir / "mnistbench").exists():
-        return f'export PATH={shlex.quote(str(bindir))}:"$PATH"; '
+        return (
+            # (Snakemake formats the prefix: literal braces are doubled.)
+            '[ -n "${{APPTAINER_CONTAINER:-}}" ] || '
+            f'export PATH={shlex.quote(str(bindir))}:"$PATH"; '
+        )
     if shutil.which("mnistbench"):
         return ""
     raise WorkflowError(
@@ -266,12 +312,100 @@ shell.prefix(f"set -euo pipefail; {software_prefix()}")
 
 
 # Runners: how the command of one timed cell starts. Each returns the command that stands for
-# `mnistbench` in the bench rule (flags follow). The docker runner is added here.
+# `mnistbench` in the bench rule (flags follow); it runs inside the bench rule's flock.
 def local_launcher(wildcards):
     return "mnistbench"
 
 
-RUNNERS = {"local": local_launcher}
+# The docker runner (runner: docker): one image per device, built by rule docker_image
+# (workflow/rules/docker.smk) into results/images/{device}.json, and every timed cell runs in
+# its device's image through `mnistbench docker run` (mnistbench.container does the HOW).
+# The images' build context: the Snakefile's folder.
+PROJECT = Path(workflow.basedir).resolve()
+IMAGE_RECORDS = f"{RESULTS}/images"
+
+
+def image_record(device):
+    """The record (image ID, tag, build inputs) of the image a device's cells run in."""
+    return f"{IMAGE_RECORDS}/{device}.json"
+
+
+def image_dockerfile(device):
+    """The Dockerfile of a device's image (config docker.images.DEVICE.dockerfile), absolute."""
+    return str(PROJECT / config["docker"]["images"][device]["dockerfile"])
+
+
+def image_sources():
+    """What an image is built from besides its Dockerfile; a change to any rebuilds it.
+
+    The pinned dependencies (requirements/*.txt, pyproject.toml), the entrypoint, the build
+    context's filter, and the package's sources: the image holds the package, so without them
+    a code change would leave new cells running the old code (the local runner runs the new
+    one). A rebuild after a code change takes seconds: the dependency layers come from
+    Docker's cache. Not inputs: workflow/ and config/ (copied into the image, but a cell runs
+    only `mnistbench train` in it, so editing the study never rebuilds an image) and README.md.
+    """
+    fixed = [PROJECT / "pyproject.toml", PROJECT / ".dockerignore"]
+    fixed += [PROJECT / "docker" / "entrypoint.sh"]
+    fixed += sorted((PROJECT / "requirements").glob("*.txt"))
+    package = sorted(
+        path
+        for path in (PROJECT / "src").rglob("*")
+        if path.is_file()
+        and path.suffix != ".pyc"
+        and not any(p == "__pycache__" or p.endswith(".egg-info") for p in path.parts)
+    )
+    return [str(path) for path in fixed + package]
+
+
+def check_images_config():
+    """Every Dockerfile of the study's devices exists, else one message naming the key."""
+    for device in DEVICES_OF_STUDY:
+        path = Path(image_dockerfile(device))
+        if not path.is_file():
+            raise WorkflowError(
+                f"config key docker.images.{device}.dockerfile: {path} does not exist. "
+                "Give a Dockerfile relative to the project folder (the default is "
+                f"docker/{device}.Dockerfile), or set runner: local."
+            )
+
+
+def check_docker_engine():
+    """Stop the run before any job starts when no Docker engine answers (runner: docker)."""
+    from mnistbench import container
+
+    try:
+        version = container.check_engine()
+    except container.ContainerError as exc:
+        raise WorkflowError(
+            f"config key runner is docker, but {exc} Or set runner: local (the default)."
+        ) from None
+    print(f"runner docker: Docker engine {version} answers", file=sys.stderr)
+
+
+def docker_launcher(wildcards):
+    """`mnistbench docker run ... --` in the image of the cell's device; the bench rule's
+    `train` flags follow (its --data is mounted read-only, its --out lies in results/).
+    """
+    settings = config["docker"]
+    options = [f"--docker-option={option}" for option in settings["run_options"]]
+    record = image_record(cell(wildcards)["device"])
+    return shlex.join(
+        ["mnistbench", "docker", "run", "--record", record, "--results", RESULTS]
+        + ["--shm-size", settings["shm_size"], *options, "--"]
+    )
+
+
+def cell_image(wildcards):
+    """The bench job's image record when runner is docker, else nothing. ancient(): a rebuilt
+    image (a code or dependency change) does not rerun finished cells, as a code change does
+    not with runner: local; delete a cell's folder to rerun it in the new image."""
+    if config["runner"] != "docker":
+        return []
+    return ancient(image_record(cell(wildcards)["device"]))
+
+
+RUNNERS = {"local": local_launcher, "docker": docker_launcher}
 
 
 def cell_launcher(wildcards):
@@ -302,10 +436,14 @@ def mirror_flags():
 def reproduce_command():
     """The command that reproduces this study, shown in the report's methodology."""
     parts = ["snakemake", "--cores", "all"]
+    if ON_SLURM:
+        parts = ["snakemake", "--profile", "profiles/slurm"]
     for path in workflow.config_settings.configfiles or []:
         if os.path.normpath(str(path)) != os.path.normpath("config/config.yaml"):
             parts += ["--configfile", str(path)]
     overrides = workflow.config_settings.config or {}
+    if ON_SLURM and overrides == {"executor": "slurm"}:  # the profile's own
+        overrides = {}
     if overrides:
         parts.append("--config")
         parts += [f"{key}={value}" for key, value in overrides.items()]
@@ -316,3 +454,64 @@ def write_cost_model(path, model, log):
     """Write config `cost` as the JSON cost model `mnistbench report --cost-model` reads."""
     write_json(path, model)
     write_text(log, f"wrote {path} from config key cost ({len(model)} keys)\n")
+
+
+# ---------------------------------------------------------------------------------------
+# Hooks of one execution, run by the main Snakemake process only (never on a dry run, never
+# inside a cluster job): each section of the workflow appends its functions here.
+START_HOOKS = []  # called, in order, when the jobs are about to start
+STOP_HOOKS = []  # called, in reverse order, when the execution ends (success or error)
+
+
+# Fork server (config fork_server; src/mnistbench/forkserver.py): the timed cells of a local
+# execution start by forking a process that has already imported torch, ~0.1 s instead of
+# 3-5 s per cell on a 2-core machine. Each cell is still its own process (env.launch records
+# fork-server). Not for cluster jobs, containers or conda environments: they start their own
+# interpreters. The server ends with this Snakemake process.
+FORK_SERVER = {}
+
+
+def start_fork_server():
+    deployment = workflow.deployment_settings.deployment_method
+    if not (
+        config["fork_server"]
+        and config["runner"] == "local"
+        and workflow.local_exec
+        and DeploymentMethod.CONDA not in deployment
+    ):
+        return
+    log = Path(RESULTS, "logs", "forkserver.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # The server loads torch under the environment of the cells (the bench rule unsets these).
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    handle = forkserver.spawn(python=sys.executable, log=log, env=env)
+    FORK_SERVER["handle"] = handle
+    os.environ.update(handle.environment())  # inherited by every job of this execution
+
+
+def stop_fork_server():
+    handle = FORK_SERVER.pop("handle", None)
+    if handle is not None:
+        handle.stop()
+        for name in handle.environment():
+            os.environ.pop(name, None)
+
+
+START_HOOKS.append(check_executor)  # slurm.smk: before anything starts
+START_HOOKS.append(start_fork_server)
+STOP_HOOKS.append(stop_fork_server)
+
+
+onstart:
+    for hook in START_HOOKS:
+        hook()
+
+
+onsuccess:
+    for hook in reversed(STOP_HOOKS):
+        hook()
+
+
+onerror:
+    for hook in reversed(STOP_HOOKS):
+        hook()
