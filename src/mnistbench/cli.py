@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, forkserver
 from .devices import DEVICES, LOADERS, PRECISIONS
 
 MIRROR_ENV = "MNISTBENCH_MIRROR"
@@ -363,9 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mnistbench`` console script. With $MNISTBENCH_FORKSERVER set,
     ``train`` runs in that fork server (forkserver.py) when it serves it."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["train"] and os.environ.get("MNISTBENCH_FORKSERVER"):
-        from . import forkserver
-
+    if argv[:1] == ["train"] and os.environ.get(forkserver.SOCKET_ENV):
         code = forkserver.delegate(argv)
         if code is not None:
             return code

@@ -108,16 +108,7 @@ def _utc_now() -> str:
 
 def _option_build_args(options: Sequence[str]) -> set[str]:
     """Names of the build arguments set in raw ``docker build`` options."""
-    names, options = set(), list(options)
-    for i, option in enumerate(options):
-        value = None
-        if option == "--build-arg" and i + 1 < len(options):
-            value = options[i + 1]
-        elif option.startswith("--build-arg="):
-            value = option.split("=", 1)[1]
-        if value:
-            names.add(value.split("=", 1)[0])
-    return names
+    return {value.split("=", 1)[0] for value in _option_values(options, "--build-arg") if value}
 
 
 def resolved_build_args(tag: str, build_args: Mapping[str, str],
@@ -233,15 +224,21 @@ def load_record(path: Path | str) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # Run
-def _option_value(args: Sequence[str], name: str) -> str | None:
-    """The value of option ``name`` (``--name V`` or ``--name=V``) in ``args``, last one wins."""
-    value = None
+def _option_values(args: Sequence[str], name: str) -> list[str]:
+    """Every value of option ``name`` (``--name V`` or ``--name=V``) in ``args``, in order."""
+    values = []
     for i, arg in enumerate(args):
         if arg == name and i + 1 < len(args):
-            value = args[i + 1]
+            values.append(args[i + 1])
         elif arg.startswith(name + "="):
-            value = arg.split("=", 1)[1]
-    return value
+            values.append(arg.split("=", 1)[1])
+    return values
+
+
+def _option_value(args: Sequence[str], name: str) -> str | None:
+    """The value of option ``name`` in ``args``, last one wins (None when absent)."""
+    values = _option_values(args, name)
+    return values[-1] if values else None
 
 
 def _replace_option(args: Sequence[str], name: str, value: str) -> list[str]:

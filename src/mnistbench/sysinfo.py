@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .forkserver import LAUNCH_ENV
 from .schema import ENV_FIELDS
 
 ENV_NAME_VAR = "MNISTBENCH_ENV"
@@ -233,7 +234,7 @@ def capture() -> dict[str, Any]:
         "slurm_job_id": env.get("SLURM_JOB_ID", ""),
         "slurm_partition": env.get("SLURM_JOB_PARTITION", ""),
         "slurm_node": env.get("SLURMD_NODENAME", ""),
-        "launch": env.get("MNISTBENCH_LAUNCH") or "exec",
+        "launch": env.get(LAUNCH_ENV) or "exec",
     }
     info.update(_safe(_torch_fields, {}))
     info.update(_safe(_psutil_fields, {}))

@@ -38,6 +38,7 @@ import torch
 from torch.nn import functional as F
 
 from . import atomic, data, devices, model, schema, sysinfo
+from .forkserver import START_ENV
 from .monitor import ResourceMonitor
 from .optim import FusedAdam
 from .timing import phase_timer, process_start_unix, synchronize
@@ -487,7 +488,7 @@ def _process_start_unix() -> float:
     """When this cell's process started (Unix time, s): for a cell forked by the fork server,
     when its client started (forkserver.START_ENV), so startup_s counts the whole start."""
     with contextlib.suppress(KeyError, ValueError):
-        return float(os.environ["MNISTBENCH_PROCESS_START"])
+        return float(os.environ[START_ENV])
     return process_start_unix()
 
 
