@@ -1,5 +1,6 @@
-# Stage 2: the timed cells. One job per cell of the matrix (common.smk), in matrix order
-# (priority), never two at once (resource timed_cell = 1, plus a machine-wide flock). The rule
+# Stage 2: the timed cells. One job per cell of the matrix (below), in matrix order
+# (priority), never two at once (resource timed_cell = 1, plus a machine-wide flock on a lock
+# file that `mnistbench lock-file` creates or checks safely: mnistbench.machinelock). The rule
 # says WHAT and WHERE; `mnistbench train` does the timing and writes summary.json,
 # epochs.csv and resources.csv atomically into the cell's folder.
 #
@@ -11,7 +12,7 @@
 rule bench:
     input:
         data=ancient(DATA_FILES),
-        image=cell_image,  # runner docker: the image record of the cell's device (common.smk)
+        image=cell_image,  # runner docker: the image record of the cell's device (docker.smk)
     output:
         summary="results/runs/{env}/{experiment}/{cell}/summary.json",
         epochs="results/runs/{env}/{experiment}/{cell}/epochs.csv",
@@ -36,19 +37,7 @@ rule bench:
         lock=TIMING_LOCK,
         out=lambda wildcards, output: os.path.dirname(output.summary),
         data=lambda wildcards, input: os.path.dirname(input.data[0]),
-        device=cell_param("device"),
-        precision=cell_param("precision"),
-        batch_size=cell_param("batch_size"),
-        loader=cell_param("loader"),
-        epochs=cell_param("epochs"),
-        lr=cell_param("lr"),
-        seed=cell_param("seed"),
-        repeat=cell_param("repeat"),
-        warmup_steps=cell_param("warmup_steps"),
-        max_steps=cell_param("max_steps"),
-        train_limit=cell_param("train_limit"),
-        test_limit=cell_param("test_limit"),
-        time_limit=cell_param("time_limit"),
+        cell=lambda wildcards: shlex.join(cell(wildcards).train_args()),
         threads=config["threads"],
         workers=config["workers"],
         pin_memory=pin_memory_flag(),
@@ -56,20 +45,17 @@ rule bench:
     shell:
         """
         status=0
+        mnistbench lock-file {params.lock:q} >{log} 2>&1
         (
             unset {params.unset}
-            flock 9 || exit 1
-            {params.launcher} train --device {params.device} --precision {params.precision} \\
-            --batch-size {params.batch_size} --loader {params.loader} \\
-            --epochs {params.epochs} --lr {params.lr} --seed {params.seed} \\
+            if ! flock --nonblock 9; then
+                echo "waiting for the machine's lock of timed cells, {params.lock}: another study is timing a cell" >&2
+                flock 9 || exit 1
+            fi
+            {params.launcher} train {params.cell} \\
             --threads {params.threads} --workers {params.workers} {params.pin_memory} \\
-            --warmup-steps {params.warmup_steps} --max-steps {params.max_steps} \\
-            --train-limit {params.train_limit} --test-limit {params.test_limit} \\
-            --time-limit {params.time_limit} \\
-            --data {params.data:q} --out {params.out:q} --env {wildcards.env} \\
-            --experiment {wildcards.experiment} --cell {wildcards.cell} \\
-            --repeat {params.repeat} --quiet
-        ) 9<{params.lock:q} >{log} 2>&1 || status=$?
+            --data {params.data:q} --out {params.out:q} --quiet
+        ) 9<{params.lock:q} >>{log} 2>&1 || status=$?
         case $status in
             0) ;;
             10 | 11 | 12)
