@@ -1,15 +1,20 @@
 """Tests of mnistbench.forkserver: cells started by forking a server that has imported torch
 run, record and exit exactly like cells started as new processes; the client falls back to a
-new process when the server is absent or refuses; signals and vanished clients stop cells; the
-server ends with its parent."""
+new process when the server is absent, dead (a zombie included) or refuses; signals, vanished
+clients and a killed server stop cells, so no cell outlives its job; the server ends with its
+parent and leaves no folder behind; a bad socket path is one clear paragraph."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -148,7 +153,8 @@ def test_stopping_the_client_stops_the_cell(tmp_path, tiny_mnist, server, sig):
 
 
 def test_server_ends_with_its_parent(tmp_path):
-    """A server whose parent process ends stops serving and removes its socket."""
+    """A server whose parent process is killed outright stops serving and removes its socket
+    and its private /tmp/mnistbench-fs-* folder."""
     script = ("import sys, time; from mnistbench import forkserver; "
               "h = forkserver.spawn(); print(h.process.pid, h.path, flush=True); "
               "time.sleep(60)")
@@ -162,6 +168,8 @@ def test_server_ends_with_its_parent(tmp_path):
     parent.wait()
     assert _gone(int(pid), timeout=20)
     assert not Path(path).exists()
+    assert Path(path).parent.name.startswith(f"{forkserver.FOLDER_PREFIX}{parent.pid}-")
+    assert not Path(path).parent.exists()
 
 
 def test_only_train_is_served(server, capsys):
@@ -176,3 +184,137 @@ def test_load_time_environment_selects_library_variables():
            "CUDA_VISIBLE_DEVICES": "0", "HOME": "/root", "MNISTBENCH_ENV": "a"}
     assert set(forkserver.load_time_environment(env)) == {
         "OMP_NUM_THREADS", "LD_PRELOAD", "PYTHONHASHSEED", "CUDA_VISIBLE_DEVICES"}
+
+
+def _env_without_threads() -> dict[str, str]:
+    """This environment without the thread and fork-server variables."""
+    return {k: v for k, v in os.environ.items()
+            if k != "OMP_NUM_THREADS" and not k.startswith("MNISTBENCH_FORK")}
+
+
+def test_killing_the_server_ends_its_cell(tmp_path, tiny_mnist):
+    """A cell dies with its SIGKILLed server even while its client cannot act, writes no
+    summary later, and its client then exits 1 saying why."""
+    handle = forkserver.spawn(log=tmp_path / "server.log", env=_env_without_threads())
+    proc = None
+    try:
+        assert handle.wait_ready(), (tmp_path / "server.log").read_text()
+        env = {**_env_without_threads(), **handle.environment()}
+        # Without its server the cell would stop at its time limit and write a summary.
+        proc, out = train(tmp_path, tiny_mnist, env, "--epochs", "1000", "--time-limit", "2",
+                          wait=False)
+        cell = _cell_pid(psutil.Process(proc.pid), handle)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGSTOP)  # only the kernel (PR_SET_PDEATHSIG) can end it now
+        handle.process.kill()
+        assert _gone(cell, timeout=1.5)
+        proc.send_signal(signal.SIGCONT)
+        assert proc.wait(timeout=30) == 1
+        time.sleep(2.5)  # past the cell's time limit
+        assert not (out / schema.SUMMARY_FILE).exists()
+        log = (tmp_path / "cell.log").read_text()
+        assert "ended before cell process" in log and "the cell has ended too" in log
+    finally:
+        if proc is not None and proc.poll() is None:  # a failed test leaves no stopped client
+            proc.kill()
+            proc.wait()
+        handle.stop()
+
+
+def test_client_stops_its_cell_when_the_server_vanishes(tmp_path, monkeypatch, capsys):
+    """A client whose server closes before the exit code kills a cell that still runs before
+    it returns 1."""
+    monkeypatch.setattr(forkserver, "_ORPHAN_WAIT_S", 0.2)
+    monkeypatch.delenv(forkserver.FORKSERVER_SOCKET_VAR + "_PID", raising=False)
+    cell = subprocess.Popen(["sleep", "60"])  # stands for a cell that outlived its server
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen(1)
+
+    def fake_server():
+        conn, _ = listener.accept()
+        with conn:
+            _, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(json.dumps({"pid": cell.pid}).encode() + b"\n")
+
+    thread = threading.Thread(target=fake_server, daemon=True)
+    thread.start()
+    try:
+        assert forkserver.delegate(["train"], path=str(tmp_path / "s")) == 1
+        assert cell.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        cell.kill()
+        listener.close()
+    assert "the cell has ended too" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("state", ["zombie", "another process"])
+def test_dead_server_is_not_waited_for(tmp_path, monkeypatch, capsys, state):
+    """A named server that has ended (also one not yet reaped, a zombie, or whose pid now
+    names another process) makes the client start the cell itself at once."""
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        if state == "zombie":
+            other.kill()
+            deadline = time.monotonic() + 10
+            while psutil.Process(other.pid).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        assert forkserver._alive(other.pid) == (state != "zombie")
+        monkeypatch.setenv(forkserver.FORKSERVER_SOCKET_VAR + "_PID", str(other.pid))
+        started = time.monotonic()
+        assert forkserver.delegate(["train"], path=str(tmp_path / "socket"), wait_s=20) is None
+        assert time.monotonic() - started < 2
+    finally:
+        other.kill()
+        other.wait()
+    err = capsys.readouterr().err
+    assert "not reachable" in err and str(other.pid) in err and "new process" in err
+
+
+def test_folder_at_the_socket_path_is_a_clear_error(tmp_path, capsys):
+    """A folder at the socket path stops the server with one paragraph naming the path and
+    the fix (no traceback), is never taken for a ready server, and clients fall back."""
+    folder = tmp_path / "socket"
+    folder.mkdir()
+    result = subprocess.run([sys.executable, "-m", "mnistbench.forkserver", "--socket",
+                             str(folder)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert str(folder) in result.stderr and f"rmdir {folder}" in result.stderr
+    assert folder.is_dir()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert not forkserver.Handle(sleeper, folder).wait_ready(timeout=0.3)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert forkserver.delegate(["train"], path=str(folder)) is None
+    err = capsys.readouterr().err
+    assert f"{folder} is a folder, not a socket" in err and "new process" in err
+
+
+def test_stale_folders_of_killed_owners_are_removed():
+    """Only the server folders whose owner has ended and whose socket no server answers are
+    removed (as spawn does at each start)."""
+    root = Path(tempfile.mkdtemp(prefix="mnb-"))  # short: a socket path has <= 107 bytes
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    prefix = forkserver.FOLDER_PREFIX
+    stale, serving, owned, foreign = (root / f"{prefix}{ended.pid}-a", root / f"{prefix}"
+                                      f"{ended.pid}-b", root / f"{prefix}{os.getpid()}-c",
+                                      root / f"{prefix}abc")
+    for folder in (stale, serving, owned, foreign):
+        folder.mkdir()
+    (stale / "socket").write_text("")  # what a killed server leaves: nothing answers there
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(serving / "socket"))
+        listener.listen(1)
+        assert forkserver.remove_stale_folders(root) == [stale]
+        assert not stale.exists() and serving.is_dir() and owned.is_dir() and foreign.is_dir()
+    finally:
+        listener.close()
+        shutil.rmtree(root)

@@ -16,7 +16,15 @@ otherwise (nothing but the start-up cost differs):
 - only when every environment variable read while libraries load (``OMP_*``, ``MKL_*``,
   ``LD_*``, ``PYTHON*``, ... see :func:`load_time_environment`) is the same in the client as
   in the server, because the server loaded those libraries under its own values;
-- a server that cannot be reached, or that refuses, makes the client say so on stderr.
+- a server that cannot be reached, or that refuses, makes the client say so on stderr. A
+  server that is still importing is waited for (up to 30 s); one whose process has ended
+  (a zombie counts as ended) is not waited for at all.
+
+A cell never outlives its server or its client, so it never runs, or writes ``summary.json``,
+after its job has ended (and released the timing lock): the cell asks the kernel for SIGKILL
+when the server dies (``PR_SET_PDEATHSIG``), the server stops the cell of a client that has
+gone, and a client that loses its server makes sure its cell has ended before it exits 1 (a
+failed job).
 
 Every summary records how its process started (``env.launch``: ``exec`` or ``fork-server``)
 and ``timing.startup_s`` counts from the client's start, so the overhead stays visible.
@@ -24,7 +32,9 @@ and ``timing.startup_s`` counts from the client's start, so the overhead stays v
 Start a server: ``python -m mnistbench.forkserver --socket PATH [--parent-pid PID]`` (the
 workflow does it, see :func:`spawn`), and point clients at it with ``$MNISTBENCH_FORKSERVER``.
 The server ends when its parent process ends, after ``--idle-timeout`` seconds without
-clients, or on SIGTERM/SIGINT.
+clients, or on SIGTERM/SIGINT; a server started by :func:`spawn` then removes its private
+folder (``/tmp/mnistbench-fs-OWNER-*``), and :func:`spawn` removes the folders left by owners
+and servers that were both killed outright.
 """
 
 from __future__ import annotations
@@ -32,11 +42,14 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import ctypes
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -46,14 +59,13 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .envvars import FORKSERVER_SOCKET_VAR, LAUNCH_VAR, PROCESS_START_VAR
 from .timing import process_start_unix
 
-#: Environment variable naming the server's socket; clients delegate ``train`` when it is set.
-SOCKET_ENV = "MNISTBENCH_FORKSERVER"
-#: Set in a forked cell: how the process started (recorded as env.launch) and when the client
-#: started (Unix time, s), so that timing.startup_s counts from the client's start.
-LAUNCH_ENV = "MNISTBENCH_LAUNCH"
-START_ENV = "MNISTBENCH_PROCESS_START"
+# Environment variables (mnistbench.envvars): FORKSERVER_SOCKET_VAR names the server's
+# socket, and clients delegate ``train`` when it is set; a forked cell gets LAUNCH_VAR (how the
+# process started, recorded as env.launch) and PROCESS_START_VAR (when the client started,
+# Unix s, so that timing.startup_s counts from the client's start).
 #: Prefixes and names of environment variables that libraries read when they load (thread
 #: pools, allocators, the dynamic loader, the interpreter): they must match between client and
 #: server, or the forked cell would run under the server's values.
@@ -65,6 +77,15 @@ PRELOAD = ("mnistbench.cli", "mnistbench.train", "psutil")
 _HEADER = struct.Struct("!I")  # length of the JSON request that follows, in bytes
 _MAX_REQUEST = 1 << 20  # bytes
 _KILL_GRACE_S = 5.0  # s between SIGTERM and SIGKILL for a cell whose client vanished
+_ORPHAN_WAIT_S = 2.0  # s a client that lost its server waits for the cell to die with it
+#: Prefix of the private folders of :func:`spawn` (then the owner's pid and a random part).
+FOLDER_PREFIX = "mnistbench-fs-"
+_PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets when its
+#                        parent dies
+
+
+class ServerError(Exception):
+    """A fork server that cannot serve: one paragraph naming the path and the fix."""
 
 
 def load_time_environment(env: dict[str, str]) -> dict[str, str]:
@@ -88,25 +109,32 @@ class Server:
     path: Path
     parent_pid: int | None = None
     idle_timeout: float = 0.0  # s without cells before the server ends; 0: never
+    remove_folder: bool = False  # remove the socket's folder (made for this server) at the end
     cells: dict[int, _Cell] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # its load-time variables
 
     def serve(self) -> int:
-        """Accept clients until the parent ends, the idle timeout passes or a signal comes."""
+        """Accept clients until the parent ends, the idle timeout passes or a signal comes.
+        Raises ServerError when the socket path cannot be served."""
+        try:
+            return self._serve()
+        finally:
+            if self.remove_folder:  # only a folder made for this server, and only when empty
+                with contextlib.suppress(OSError):
+                    self.path.parent.rmdir()
+
+    def _serve(self) -> int:
+        _check_socket_path(self.path)  # before the imports: a bad path fails at once
+        stopping = []  # signals received; installed first, so that any stop cleans up
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, frame: stopping.append(signum))
         started = time.perf_counter()
         for name in PRELOAD:
             __import__(name)
         self.environment = load_time_environment(dict(os.environ))
         _log(f"imported {', '.join(PRELOAD)} in {time.perf_counter() - started:.2f} s")
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(self.path))
-        os.chmod(self.path, 0o600)
-        listener.listen(16)
-        stopping = []
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda signum, frame: stopping.append(signum))
+        _libc()  # loaded before any fork, so that a cell only calls it
+        listener = _bind(self.path)
         selector = selectors.DefaultSelector()
         selector.register(listener, selectors.EVENT_READ)
         self.listener, self.selector = listener, selector
@@ -134,9 +162,9 @@ class Server:
             for pid in list(self.cells):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
+            selector.close()
             listener.close()
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+            _remove_socket(self.path)
         why = (f"signal {stopping[0]}" if stopping else "parent ended" if self._parent_gone()
                else "idle")
         _log(f"served {served} cell(s); stopped ({why})")
@@ -162,11 +190,12 @@ class Server:
                 _reply(conn, {"refused": refusal})
                 conn.close()
                 return 0
+            server_pid = os.getpid()
             pid = os.fork()
             if pid == 0:  # the cell: drop the server's sockets, keep only its own streams
                 server_fds = [self.listener.fileno(), self.selector.fileno(), conn.fileno(),
                               *(c.conn.fileno() for c in self.cells.values())]
-                _run_child(request, fds, close=server_fds)
+                _run_child(request, fds, close=server_fds, parent=server_pid)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -244,11 +273,13 @@ class Server:
             cell.conn.close()
 
 
-def _run_child(request: dict, fds: list[int], close: list[int]) -> None:
-    """In the forked cell: take over the client's streams, folder and environment, close the
-    server's descriptors ``close``, run the command and exit with its code (never returns)."""
+def _run_child(request: dict, fds: list[int], close: list[int], parent: int) -> None:
+    """In the forked cell: die with the server (pid ``parent``), take over the client's
+    streams, folder and environment, close the server's descriptors ``close``, run the command
+    and exit with its code (never returns)."""
     code = 1
     try:
+        _die_with_parent(parent)
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -262,10 +293,10 @@ def _run_child(request: dict, fds: list[int], close: list[int]) -> None:
         sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
         os.chdir(request["cwd"])
         env = dict(request["env"])
-        env.pop(SOCKET_ENV, None)
-        env.pop(SOCKET_ENV + "_PID", None)
-        env[LAUNCH_ENV] = "fork-server"
-        env[START_ENV] = repr(float(request.get("start") or time.time()))
+        env.pop(FORKSERVER_SOCKET_VAR, None)
+        env.pop(FORKSERVER_SOCKET_VAR + "_PID", None)
+        env[LAUNCH_VAR] = "fork-server"
+        env[PROCESS_START_VAR] = repr(float(request.get("start") or time.time()))
         os.environ.clear()
         os.environ.update(env)
         sys.argv = ["mnistbench", *request["argv"]]
@@ -286,6 +317,119 @@ def _run_child(request: dict, fds: list[int], close: list[int]) -> None:
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _libc():
+    """The C library (for prctl), or None where it cannot be loaded."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            _LIBC = False
+    return _LIBC or None
+
+
+_LIBC = None
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a just-forked cell: have the kernel SIGKILL this process when its parent (the server,
+    pid ``parent``) dies, and exit at once if it has died already (between the fork and now)."""
+    libc = _libc()
+    if libc is not None:
+        with contextlib.suppress(AttributeError):
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(128 + signal.SIGKILL)
+
+
+def _check_socket_path(path: Path) -> None:
+    """Raise ServerError when ``path`` cannot become the server's socket; what is there may be
+    only a stale socket (replaced), never a folder or another file."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise ServerError(
+            f"cannot use {path} as the fork server's socket path ({exc.strerror or exc}); pass "
+            "another --socket path, in a folder of your own") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise ServerError(
+            f"a folder is at the fork server's socket path {path}: the server binds a Unix "
+            "socket there and never removes a folder. Remove the folder (rmdir "
+            f"{path}, once nothing in it is needed) or pass another --socket path")
+    if mode is not None and not stat.S_ISSOCK(mode):
+        raise ServerError(
+            f"a file that is not a socket is at the fork server's socket path {path}: the "
+            "server replaces only a stale socket. Move the file away or pass another --socket "
+            "path")
+    if not path.parent.is_dir():
+        raise ServerError(
+            f"the folder of the fork server's socket path {path} does not exist: create "
+            f"{path.parent} or pass another --socket path")
+
+
+def _bind(path: Path) -> socket.socket:
+    """A listening Unix socket at ``path`` (a stale socket there is replaced), readable by this
+    user only; ServerError when it cannot be bound."""
+    _check_socket_path(path)
+    _remove_socket(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(16)
+    except OSError as exc:
+        listener.close()
+        raise ServerError(
+            f"cannot bind the fork server's socket at {path} ({exc.strerror or exc}); pass "
+            "another --socket path: at most 107 bytes long, in a folder you can write") from None
+    return listener
+
+
+def _remove_socket(path: Path) -> None:
+    """Remove the socket at ``path``; anything else there (a folder, a file) stays."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat from field 3 (state) on; None when there is no such
+    process (or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not ended: a zombie (ended, not yet reaped by its
+    parent) counts as ended, unlike for ``os.kill(pid, 0)``."""
+    if pid <= 0:
+        return False
+    fields = _stat_fields(pid)
+    if fields is not None:
+        return fields[0] not in ("Z", "X")
+    if os.path.isdir("/proc"):
+        return False  # /proc is there and the process is not
+    try:  # no /proc: the signal test, zombies included
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _start_ticks(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22): with the
+    pid it names one process, also after the pid is reused; None when unknown."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def _receive_request(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -329,12 +473,19 @@ def delegate(argv: list[str], path: str | None = None, wait_s: float = 30.0) -> 
     and return its exit code; None when no server serves it (the caller then runs it itself).
 
     A server that is still starting (its socket not there yet while the process named by
-    ``$MNISTBENCH_FORKSERVER_PID`` lives) is waited for up to ``wait_s`` seconds.
+    ``$MNISTBENCH_FORKSERVER_PID`` lives) is waited for up to ``wait_s`` seconds; one whose
+    process has ended (or is a zombie) is not waited for. When the server ends before the
+    cell reports its exit code, the cell is made sure to have ended and the result is 1.
     """
-    path = path or os.environ.get(SOCKET_ENV, "")
+    path = path or os.environ.get(FORKSERVER_SOCKET_VAR, "")
     if not path:
         return None
     start = process_start_unix()
+    if os.path.isdir(path):
+        _note(f"fork server socket {path} is a folder, not a socket: remove the folder or "
+              f"point ${FORKSERVER_SOCKET_VAR} at a running fork server's socket (or unset "
+              "it); starting the cell as a new process")
+        return None
     conn = _connect(path, wait_s)
     if isinstance(conn, str):
         _note(f"fork server {path} not reachable ({conn}); starting the cell as a new process")
@@ -354,6 +505,7 @@ def delegate(argv: list[str], path: str | None = None, wait_s: float = 30.0) -> 
             _note(f"fork server {path} answered {first!r}; starting the cell as a new process")
             return None
         pid = int(first["pid"])
+        started = _start_ticks(pid)  # the cell lives: a forked cell is reaped after this reply
         forward = {sig: signal.signal(sig, lambda signum, frame: _send(pid, signum))
                    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
         try:
@@ -362,12 +514,39 @@ def delegate(argv: list[str], path: str | None = None, wait_s: float = 30.0) -> 
             for sig, handler in forward.items():
                 signal.signal(sig, handler)
     if "exit" not in last:
-        _note(f"fork server {path} ended before cell process {pid} reported its exit code")
+        stopped = _stop_orphan(pid, started)
+        _note(f"fork server {path} ended before cell process {pid} reported its exit code; "
+              + ("the cell has ended too" if stopped else
+                 f"cell process {pid} could not be stopped, stop it by hand"))
         return 1
     return int(last["exit"])
 
 
+def _stop_orphan(pid: int, started: str | None, wait_s: float | None = None) -> bool:
+    """Make sure the cell ``pid`` (started at ``started`` ticks) of a server that has gone has
+    ended before the client exits (and its job releases the timing lock): it dies with its
+    server (PR_SET_PDEATHSIG); one still running after ``wait_s`` s gets SIGKILL. True when it
+    has ended."""
+    wait_s = _ORPHAN_WAIT_S if wait_s is None else wait_s
+
+    def running() -> bool:
+        return _alive(pid) and started is not None and _start_ticks(pid) == started
+
+    for attempt in range(2):
+        deadline = time.monotonic() + wait_s
+        while running():
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        else:
+            return True
+        if attempt == 0:
+            _send(pid, signal.SIGKILL)
+    return False
+
+
 def _connect(path: str, wait_s: float) -> socket.socket | str:
+    """A connection to the server at ``path``, or why there is none (a string)."""
     deadline = time.monotonic() + wait_s
     while True:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -376,17 +555,27 @@ def _connect(path: str, wait_s: float) -> socket.socket | str:
             return conn
         except OSError as exc:
             conn.close()
-            if time.monotonic() >= deadline or not _server_starting():
-                return f"{type(exc).__name__}: {exc.strerror or exc}"
+            error = f"{type(exc).__name__}: {exc.strerror or exc}"
+            starting = _server_starting()
+            if starting is not True:
+                return f"{error}; {starting}" if starting else error
+            if time.monotonic() >= deadline:
+                return f"{error}; the server did not open it within {wait_s:g} s"
         time.sleep(0.1)
 
 
-def _server_starting() -> bool:
-    """Whether the server named by $MNISTBENCH_FORKSERVER_PID is alive (still importing)."""
+def _server_starting() -> bool | str:
+    """True when the server named by $MNISTBENCH_FORKSERVER_PID lives (it is still importing);
+    otherwise why not ('' when no pid is named)."""
     try:
-        os.kill(int(os.environ.get(SOCKET_ENV + "_PID", "")), 0)
-    except (ValueError, ProcessLookupError, PermissionError):
-        return False
+        pid = int(os.environ.get(FORKSERVER_SOCKET_VAR + "_PID", ""))
+    except ValueError:
+        return ""
+    if not _alive(pid):
+        return f"its server process {pid} has ended"
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
+        if b"mnistbench.forkserver" not in handle.read():  # the pid was reused
+            return f"process {pid} is not a fork server (its server has ended)"
     return True
 
 
@@ -425,15 +614,17 @@ class Handle:
 
     def environment(self) -> dict[str, str]:
         """The variables that make clients use this server."""
-        return {SOCKET_ENV: str(self.path), SOCKET_ENV + "_PID": str(self.process.pid)}
+        return {FORKSERVER_SOCKET_VAR: str(self.path),
+                FORKSERVER_SOCKET_VAR + "_PID": str(self.process.pid)}
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Wait until the server accepts clients (its imports done); False if it ended or
         ``timeout`` s passed first."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
-            if self.path.exists():
-                return True
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(self.path.lstat().st_mode):
+                    return True
             time.sleep(0.05)
         return False
 
@@ -446,8 +637,7 @@ class Handle:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        with contextlib.suppress(OSError):
-            self.path.unlink()
+        _remove_socket(self.path)
         with contextlib.suppress(OSError):
             self.path.parent.rmdir()
 
@@ -455,11 +645,15 @@ class Handle:
 def spawn(python: str | None = None, log: Path | None = None,
           env: dict[str, str] | None = None, idle_timeout: float = 0.0) -> Handle:
     """Start a server as a child of this process, in a private temporary folder; returns at
-    once (clients wait for it while it imports). It ends when this process ends."""
-    folder = Path(tempfile.mkdtemp(prefix="mnistbench-fs-"))
+    once (clients wait for it while it imports). It ends when this process ends, and removes
+    its folder then; the folders of earlier servers killed with their owner are removed here."""
+    with contextlib.suppress(OSError):
+        remove_stale_folders()
+    folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
     path = folder / "socket"
     command = [python or sys.executable, "-m", "mnistbench.forkserver", "--socket", str(path),
-               "--parent-pid", str(os.getpid()), "--idle-timeout", str(idle_timeout)]
+               "--parent-pid", str(os.getpid()), "--idle-timeout", str(idle_timeout),
+               "--remove-folder"]
     output = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
     try:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
@@ -468,6 +662,38 @@ def spawn(python: str | None = None, log: Path | None = None,
         if log:
             output.close()
     return Handle(process, path)
+
+
+def remove_stale_folders(root: Path | str | None = None) -> list[Path]:
+    """Remove this user's server folders in ``root`` (default: the temporary folder) that
+    nothing uses any more: their owner (the pid in the name) has ended and no server answers
+    on their socket, as when the owner and its server were both killed outright. Returns the
+    folders removed."""
+    root = Path(root or tempfile.gettempdir())
+    removed = []
+    for folder in root.glob(FOLDER_PREFIX + "*"):
+        try:
+            owner = int(folder.name[len(FOLDER_PREFIX):].split("-", 1)[0])
+            info = folder.lstat()
+        except (ValueError, OSError):
+            continue  # not named by spawn (no owner pid), or gone meanwhile
+        if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or _alive(owner)
+                or _answers(folder / "socket")):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def _answers(path: Path) -> bool:
+    """Whether a server accepts connections on the socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -479,8 +705,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="end when this process (the one that started the server) ends")
     parser.add_argument("--idle-timeout", type=float, default=0.0,
                         help="end after this many seconds without cells (0: never)")
+    parser.add_argument("--remove-folder", action="store_true",
+                        help="remove the socket's folder (made for this server) at the end")
     args = parser.parse_args(argv)
-    return Server(args.socket, args.parent_pid, args.idle_timeout).serve()
+    try:
+        return Server(args.socket, args.parent_pid, args.idle_timeout,
+                      remove_folder=args.remove_folder).serve()
+    except ServerError as exc:
+        print(f"mnistbench fork server: error: {exc}", file=sys.stderr, flush=True)
+        return 2
 
 
 if __name__ == "__main__":
