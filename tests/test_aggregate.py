@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import shutil
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 from fakes import cell_id, make_study
 
-from mnistbench import aggregate, cli, schema
+from mnistbench import aggregate, atomic, blog, cli, schema
 
 SMALL = {"repeats": 2, "batch_sizes": (64, 1024), "convergence_epochs": 3}
 
@@ -266,7 +267,7 @@ def test_blog_cells_fall_back_to_the_sweep(tmp_path):
     runs = tmp_path / "runs"
     make_study(runs, experiments=("sweep",), repeats=1, batch_sizes=(64, 128))
     aggregate.aggregate(runs, tmp_path)
-    cells, source = aggregate.blog_cells(aggregate.load_tables(tmp_path).summary)
+    cells, source = blog.blog_cells(aggregate.load_tables(tmp_path).summary)
     assert "sweep" in source
     assert set(cells["batch_size"]) == {128} and set(cells["precision"]) == {"fp32"}
 
@@ -290,3 +291,96 @@ def test_500_cells_aggregate_in_seconds(tmp_path):
     elapsed = time.perf_counter() - start
     assert elapsed < 10.0, f"aggregate took {elapsed:.1f} s"
     assert len(_rows(tmp_path / "out" / "summary.csv")) == 500
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("precision", None), ("loader", ""), ("device", None), ("device", "  "),
+    ("batch_size", None), ("repeat", "0"),
+])
+def test_cell_without_a_key_param_is_rejected_naming_the_file(runs_copy, tmp_path, key,
+                                                              value):
+    """A cell whose device, precision, loader, batch size or repeat is null or empty (which
+    would crash the report's charts) is an error naming its summary.json and the key."""
+    folder = runs_copy / "alpha" / "sweep" / cell_id("cpu", "bf16", "resident", 64, 0)
+    path = _edit_summary(folder, lambda d: d["params"].update({key: value}))
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs_copy, tmp_path / "out")
+    message = str(info.value)
+    assert message.startswith(f"{path}: params.{key} is {value!r}, but every cell needs ")
+    assert "delete that cell folder" in message and "\n" not in message
+    assert not (tmp_path / "out").exists()
+
+
+def _denied(*args, dir=None, **kwargs):
+    """What mkstemp does in a read-only folder (root ignores permissions, so tests fake it)."""
+    raise PermissionError(errno.EACCES, "Permission denied", str(dir))
+
+
+@pytest.mark.parametrize("fault", ["read-only", "full"])
+def test_unwritable_out_dir_is_one_paragraph_and_keeps_the_old_tables(runs, tmp_path,
+                                                                      monkeypatch, capsys,
+                                                                      fault):
+    """A read-only or full --out-dir exits 1 with one paragraph naming the folder and the
+    fix; the tables already there are left whole and no temporary file remains."""
+    out = tmp_path / "out"
+    aggregate.aggregate(runs, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    if fault == "read-only":
+        monkeypatch.setattr(atomic.tempfile, "mkstemp", _denied)
+    else:
+        real = aggregate._write_rows
+
+        def full(path, columns, rows):
+            if "resources" in path.name:  # the third of four files
+                path.write_text("partial")
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+            return real(path, columns, rows)
+
+        monkeypatch.setattr(aggregate, "_write_rows", full)
+    capsys.readouterr()
+    assert cli.main(["aggregate", str(runs), "--out-dir", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"mnistbench aggregate: error: cannot write the aggregated tables into {out}: ")
+    fix = ("Make the folder writable" if fault == "read-only"
+           else "Free space on that disk, or pass --out-dir")
+    assert fix in err[0] and "was written" in err[0]
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_new_out_dir_that_cannot_be_filled_is_removed(runs, tmp_path, monkeypatch, capsys):
+    """A full disk under a new --out-dir leaves neither tables nor the folders it made."""
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", full)
+    with pytest.raises(aggregate.AggregateError, match="No space left on device"):
+        aggregate.aggregate(runs, tmp_path / "new" / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_out_dir_under_a_file_names_the_file(runs, tmp_path):
+    """An --out-dir whose parent is a file is an error naming that file."""
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs, tmp_path / "file" / "out")
+    assert f"{tmp_path / 'file'} is a file, not a folder. Pass --out-dir a folder" in str(
+        info.value)
+    assert (tmp_path / "file").read_text() == "keep"
+
+
+def test_load_tables_rejects_a_cell_without_precision(runs, tmp_path):
+    """A summary.csv row with an empty precision (an edited table) is an error naming the
+    file and the cell, not a TypeError in the charts."""
+    aggregate.aggregate(runs, tmp_path)
+    rows = _rows(tmp_path / "summary.csv")
+    rows[3]["precision"] = ""
+    with (tmp_path / "summary.csv").open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(tmp_path)
+    cell = "/".join(rows[3][k] for k in schema.ID_COLUMNS)
+    assert str(info.value).startswith(f"{tmp_path / 'summary.csv'} has no precision for the "
+                                      f"cell(s) {cell};")

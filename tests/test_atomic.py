@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 
@@ -33,7 +34,79 @@ def test_failure_keeps_the_old_file_and_no_temporary(tmp_path) -> None:
 
 
 def test_files_get_the_umask_mode(tmp_path) -> None:
-    """Outputs are readable like any file the user creates, not private like mkstemp's."""
+    """Outputs get the mode a plain open() gives (0666 less the umask), not mkstemp's 0600: in
+    this process, and in fresh ones under umask 022 (0644: readable by all) and 077 (0600)."""
+    import subprocess
+    import sys
+
     path = atomic.write_text(tmp_path / "report.html", "x")
-    assert os.stat(path).st_mode & 0o777 == atomic.FILE_MODE
-    assert atomic.FILE_MODE & 0o044 or os.umask(os.umask(0)) & 0o044
+    (tmp_path / "plain.html").write_text("x")
+    assert os.stat(path).st_mode & 0o777 == os.stat(tmp_path / "plain.html").st_mode & 0o777
+    code = ("import os, sys; os.umask(int(sys.argv[1], 8)); from pathlib import Path; "
+            "from mnistbench import atomic; d = Path(sys.argv[2]); "
+            "p = atomic.write_json(d / 'a.json', {}); (d / 'plain').write_text('x'); "
+            "print(oct(os.stat(p).st_mode & 0o777), oct(os.stat(d / 'plain').st_mode & 0o777))")
+    for umask, mode in (("022", "0o644"), ("077", "0o600")):
+        folder = tmp_path / umask
+        folder.mkdir()
+        out = subprocess.run([sys.executable, "-c", code, umask, str(folder)], check=True,
+                             capture_output=True, text=True).stdout.split()
+        assert out == [mode, mode], f"umask {umask}: atomic {out[0]}, plain open() {out[1]}"
+
+
+def test_write_json_is_strict(tmp_path) -> None:
+    """NaN and Infinity are not JSON: write_json refuses them and leaves no file."""
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValueError, match="JSON compliant"):
+            atomic.write_json(tmp_path / "x.json", {"loss": bad})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("failing", [0, 1, 2])
+def test_write_together_gives_all_files_or_none(tmp_path, failing) -> None:
+    """A full disk while staging any one of three files leaves none of the new files and no
+    staged file; an earlier version of a target is left as it was."""
+    (tmp_path / "a.csv").write_text("stale")
+
+    def writer(index: int):
+        def write(path):
+            path.write_text("part")  # a partial file, as a full disk leaves one
+            if index == failing:
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return write
+
+    targets = [tmp_path / n for n in ("a.csv", "b.csv", "summary.json")]
+    with pytest.raises(OSError) as info:
+        atomic.write_together([(t, writer(i)) for i, t in enumerate(targets)])
+    assert info.value.errno == errno.ENOSPC
+    assert [p.name for p in tmp_path.iterdir()] == ["a.csv"]
+    assert (tmp_path / "a.csv").read_text() == "stale"
+
+
+def test_write_together_renames_the_last_file_last(tmp_path, monkeypatch) -> None:
+    """On success every target holds its content, and the last one appears last."""
+    order = []
+    real = os.replace
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (order.append(b), real(a, b)))
+    names = ("epochs.csv", "resources.csv", "summary.json")
+    atomic.write_together([(tmp_path / n, lambda p, n=n: atomic.write_text(p, n))
+                           for n in names])
+    placed = [os.path.basename(p) for p in order]  # staging renames hidden files first
+    assert [n for n in placed if not n.startswith(".")] == list(names)
+    assert placed.index("epochs.csv") > max(i for i, n in enumerate(placed)
+                                            if n.startswith("."))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
+    assert (tmp_path / "summary.json").read_text() == "summary.json"
+
+
+def test_make_dirs_undoes_only_what_it_made(tmp_path) -> None:
+    """make_dirs returns the folders it created, and remove_dirs removes just those."""
+    (tmp_path / "keep").mkdir()
+    created = atomic.make_dirs(tmp_path / "keep" / "a" / "b")
+    assert created == [tmp_path / "keep" / "a" / "b", tmp_path / "keep" / "a"]
+    atomic.remove_dirs(created)
+    assert [p.name for p in tmp_path.iterdir()] == ["keep"]
+    assert not any((tmp_path / "keep").iterdir())
+    (tmp_path / "file").write_text("x")
+    assert atomic.blocking_file(tmp_path / "file" / "sub" / "deeper") == tmp_path / "file"
+    assert atomic.blocking_file(tmp_path / "keep" / "new") is None

@@ -17,7 +17,7 @@ from mnistbench import cli, data
 @pytest.fixture(autouse=True)
 def _no_env_mirror(monkeypatch):
     """Run without the caller's MNISTBENCH_MIRROR."""
-    monkeypatch.delenv(cli.MIRROR_ENV, raising=False)
+    monkeypatch.delenv(cli.MIRROR_VAR, raising=False)
 
 
 def run_fetch(*args: str) -> int:
@@ -41,7 +41,7 @@ def test_fetch_error_exits_1_with_one_paragraph_and_no_traceback(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     dest = tmp_path / "dest"
-    env = {k: v for k, v in os.environ.items() if k != cli.MIRROR_ENV}
+    env = {k: v for k, v in os.environ.items() if k != cli.MIRROR_VAR}
     proc = subprocess.run(
         [sys.executable, "-m", "mnistbench.cli", "fetch", "--dest", str(dest), "--mirror",
          str(empty), "--no-default-mirrors", "--retries", "0"],
@@ -60,7 +60,7 @@ def test_fetch_error_exits_1_with_one_paragraph_and_no_traceback(tmp_path):
 def test_fetch_mirror_order_flag_then_environment(tmp_path, monkeypatch, capsys):
     """--mirror comes first, then the MNISTBENCH_MIRROR entries (comma or space separated)."""
     flag, env_a, env_b = (tmp_path / name for name in ("flag", "env-a", "env-b"))
-    monkeypatch.setenv(cli.MIRROR_ENV, f"{env_a}, {env_b}")
+    monkeypatch.setenv(cli.MIRROR_VAR, f"{env_a}, {env_b}")
     assert run_fetch("--dest", str(tmp_path / "dest"), "--mirror", str(flag)) == 1
     err = capsys.readouterr().err
     positions = [err.find(f"no such directory {folder}") for folder in (flag, env_a, env_b)]
@@ -98,7 +98,7 @@ def test_fetch_rejects_negative_retries(capsys):
 def test_fetch_from_environment_mirror_prints_the_paths(real_mnist_mirror, tmp_path,
                                                         monkeypatch, capsys):
     """MNISTBENCH_MIRROR alone fetches the real files; their paths go to stdout."""
-    monkeypatch.setenv(cli.MIRROR_ENV, real_mnist_mirror.as_uri())
+    monkeypatch.setenv(cli.MIRROR_VAR, real_mnist_mirror.as_uri())
     dest = tmp_path / "dest"
     assert run_fetch("--dest", str(dest)) == 0
     captured = capsys.readouterr()
@@ -117,3 +117,15 @@ def test_fetch_quiet_prints_nothing_and_keeps_verified_files(real_mnist_mirror, 
     assert run_fetch("--dest", str(dest), "--mirror", str(tmp_path / "gone")) == 0
     assert [(dest / name).stat().st_mtime_ns for name in data.FILES] == mtimes
     assert "already present and verified" in capsys.readouterr().err
+
+
+def test_fetch_dest_under_a_file_blames_the_file(tmp_path, capsys):
+    """--dest file/sub names `file` (the file in the way), not file/sub, and exits 1."""
+    blocker = tmp_path / "file"
+    blocker.write_text("keep")
+    assert run_fetch("--dest", str(blocker / "sub"), "--mirror", str(tmp_path)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mnistbench fetch: error: ")
+    assert f"{blocker} is a file, not a folder" in err[0] and "Pass --dest a folder" in err[0]
+    assert "exists but is not a directory" not in err[0]
+    assert blocker.read_text() == "keep"

@@ -4,6 +4,7 @@ its robustness (CPU only, one repeat, no GPU, failures, two machines, hostile te
 from __future__ import annotations
 
 import base64
+import csv
 import re
 from importlib import resources
 from pathlib import Path
@@ -207,8 +208,8 @@ def test_bad_inputs_raise_report_error_and_write_nothing(full, tmp_path):
     with pytest.raises(report.ReportError, match="mnistbench aggregate"):
         report.render_report(tmp_path / "nothing", out)
     bad = tmp_path / "cost.yaml"
-    bad.write_text("currency: EUR\n")
-    with pytest.raises(report.ReportError, match="missing key"):
+    bad.write_text("currency: EUR\nruns: 0\n")
+    with pytest.raises(report.ReportError, match="key runs"):
         report.render_report(full["results"], out, cost_model_path=bad)
     assert not out.exists()
     assert cli.main(["report", "--results", str(tmp_path / "nothing"), "--out",
@@ -233,3 +234,33 @@ def test_template_ships_as_package_data():
     data = re.search(r"\[tool\.setuptools\.package-data\]\s*mnistbench\s*=\s*\[([^\]]*)\]",
                      pyproject)
     assert data and '"templates/*"' in data.group(1)
+
+
+def test_missing_results_folder_names_the_report_command(tmp_path, capsys):
+    """`report --results /nonexistent` exits 1 with one paragraph under `mnistbench report`
+    (not `mnistbench None`, which --command's default used to print), naming the folder."""
+    missing = tmp_path / "nonexistent"
+    assert cli.main(["report", "--results", str(missing), "--out",
+                     str(tmp_path / "index.html")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mnistbench report: error: ")
+    assert f"{missing / 'summary.csv'} does not exist" in err[0]
+    assert "mnistbench aggregate" in err[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cell_without_precision_is_a_report_error_naming_the_file(tmp_path):
+    """A summary.csv with an empty precision stops the report with a ReportError naming the
+    table, not a TypeError in the charts; nothing is written."""
+    results = _study(tmp_path, repeats=1, batch_sizes=(64, 128))
+    path = results / aggregate.SUMMARY_CSV
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    rows[1][rows[0].index("precision")] = ""
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(rows)
+    out = tmp_path / "report" / "index.html"
+    with pytest.raises(report.ReportError, match="has no precision for the cell") as info:
+        report.render_report(results, out)
+    assert str(path) in str(info.value)
+    assert not out.exists()

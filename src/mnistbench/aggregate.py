@@ -11,10 +11,11 @@
 - ``columns.csv``: ``file, name, unit, description`` of every column of the three tables,
   so the units travel with the data.
 
-Every input is read and checked before anything is written, and each file is written
-atomically, so a bad input leaves no partial outputs. Cells copied in from other machines
-(``RUNS/{other env}``) merge into the same tables. :func:`load_tables` reads them back with
-the right types for the report.
+Every input is read and checked before anything is written, and the four files appear
+together or not at all (:func:`mnistbench.atomic.write_together`), so a bad input or an
+unwritable ``OUT_DIR`` (read-only, full) leaves no partial outputs. Cells copied in from
+other machines (``RUNS/{other env}``) merge into the same tables. :func:`load_tables` reads
+them back with the right types for the report.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
     Cell folders without ``summary.json`` are incomplete (still running, or killed) and are
     skipped with a warning on stderr. Raises :class:`AggregateError` for an empty or missing
     runs folder, an unreadable or inconsistent ``summary.json`` / CSV, or a schema version
-    this mnistbench cannot read (newer than :data:`mnistbench.schema.SCHEMA_VERSION`); fields a
-    later version added (:data:`mnistbench.schema.ADDED_IN`) read as empty in older summaries.
+    this mnistbench cannot read (newer than :data:`mnistbench.schema.SCHEMA_VERSION`), a cell
+    without a device, precision, loader, batch size or repeat, or an ``out_dir`` that cannot be
+    written; fields a later version added (:data:`mnistbench.schema.ADDED_IN`) read as empty in
+    older summaries.
     """
     runs = Path(runs)
     out_dir = Path(out_dir)
@@ -119,14 +122,26 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
             f"{runs}/ENV/EXPERIMENT/CELL/{schema.SUMMARY_FILE}; run the study first, or copy "
             f"another machine's results/runs/ENV folder into {runs}.")
 
-    written = [
-        atomic.write_csv(out_dir / SUMMARY_CSV, schema.summary_columns(), summary_rows),
-        _write_rows(out_dir / EPOCHS_CSV, epoch_columns(), epoch_rows),
-        _write_rows(out_dir / RESOURCES_CSV, resource_columns(), resource_rows),
-        atomic.write_csv(out_dir / COLUMNS_CSV, ("file", "name", "unit", "description"),
-                         column_rows()),
-    ]
-    return written
+    created: list[Path] = []
+    try:
+        created = atomic.make_dirs(out_dir)
+        return atomic.write_together([
+            (out_dir / SUMMARY_CSV,
+             lambda p: atomic.write_csv(p, schema.summary_columns(), summary_rows)),
+            (out_dir / EPOCHS_CSV, lambda p: _write_rows(p, epoch_columns(), epoch_rows)),
+            (out_dir / RESOURCES_CSV,
+             lambda p: _write_rows(p, resource_columns(), resource_rows)),
+            (out_dir / COLUMNS_CSV,
+             lambda p: atomic.write_csv(p, ("file", "name", "unit", "description"),
+                                        column_rows())),
+        ])
+    except OSError as exc:
+        atomic.remove_dirs(created)
+        raise AggregateError(
+            atomic.folder_error(out_dir, exc, "the aggregated tables", "--out-dir")
+            + f" None of {SUMMARY_CSV}, {EPOCHS_CSV}, {RESOURCES_CSV}, {COLUMNS_CSV} was "
+            "written (the tables appear together or not at all); run `mnistbench aggregate` "
+            "again once the folder can be written.") from None
 
 
 @dataclass(frozen=True)
@@ -189,6 +204,19 @@ def _read_summary(path: Path) -> _Cell:
                 f"{path} says {key} {params[key]!r} but lives in folder {folder!r}. Cells must "
                 f"sit at RUNS/ENV/EXPERIMENT/CELL matching their params: move the folder to "
                 f"the matching place or rerun the cell there.")
+    for key in ("device", "precision", "loader"):
+        value = params[key]
+        if not isinstance(value, str) or not value.strip():
+            raise AggregateError(
+                f"{path}: params.{key} is {value!r}, but every cell needs a {key} (with "
+                "device and precision it names the cell's series in every table and chart): "
+                f"{_FIX}.")
+    for key, low in (("batch_size", 1), ("repeat", 0)):
+        value = params[key]
+        if type(value) is not int or value < low:
+            raise AggregateError(
+                f"{path}: params.{key} is {value!r}, but every cell needs a whole number "
+                f"{low} or more there: {_FIX}.")
     reason = data["reason"]
     return _Cell(status=status, reason="" if reason is None else str(reason), params=params,
                  sections=sections)
@@ -309,30 +337,17 @@ def load_tables(results: Path) -> Tables:
             else:
                 frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
         frames.append(frame)
+    summary, path = frames[0], results / SUMMARY_CSV
+    for column in ("device", "precision", "loader"):
+        blank = summary[column].map(lambda v: not isinstance(v, str) or not v.strip())
+        if blank.any():
+            cells = ["/".join(str(v) for v in ids) for ids in
+                     summary.loc[blank, list(schema.ID_COLUMNS)].itertuples(index=False)]
+            raise AggregateError(
+                f"{path} has no {column} for the cell(s) {', '.join(cells[:5])}"
+                f"{' and more' if len(cells) > 5 else ''}; every cell needs one (it names the "
+                "cell's series in the charts). The table was edited or written by an older "
+                "mnistbench: rerun `mnistbench aggregate`, which names any cell folder at "
+                "fault.")
     return Tables(*frames)
 
-
-#: The blog's settings the headline is about: batch size (samples), precision, epochs.
-BLOG_SETTINGS = {"batch_size": 128, "precision": "fp32", "epochs": 10}
-
-
-def blog_cells(summary):
-    """(ok cells at the blog's settings, where they come from) from a summary DataFrame.
-
-    The convergence experiment runs the blog's settings; its ok cells with batch 128 and fp32
-    are used (all its ok cells if none match). Without convergence cells, ok sweep cells at
-    batch 128 and fp32 stand in (shorter runs). Empty frame when there are none.
-    """
-    ok = summary[summary["status"] == "ok"]
-    blog = ((ok["batch_size"] == BLOG_SETTINGS["batch_size"])
-            & (ok["precision"] == BLOG_SETTINGS["precision"]))
-    conv = ok["experiment"] == "convergence"
-    if (conv & blog).any():
-        return ok[conv & blog], "convergence experiment"
-    if conv.any():
-        return ok[conv], "convergence experiment (not at batch 128 / fp32)"
-    sweep = ok["experiment"] == "sweep"
-    if (sweep & blog).any():
-        return ok[sweep & blog], "sweep experiment at batch 128, fp32 (short runs: no " \
-                                 "convergence cells)"
-    return ok.iloc[0:0], "no ok cells at the blog's settings"

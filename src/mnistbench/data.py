@@ -33,7 +33,7 @@ from typing import IO
 import numpy as np
 
 from . import __version__
-from .atomic import atomic_open
+from .atomic import atomic_open, blocking_file
 
 #: File name -> MD5 (hex) of the decompressed IDX file, as published by torchvision. The order
 #: is the order of :func:`fetch`'s result: train images, train labels, test images, test labels.
@@ -395,9 +395,10 @@ def _download(mirror: str, filename: str, target: Path, digest: str, kind: str,
 
 def fetch(dest: Path | str, mirrors: Sequence[str | Path], *, retries: int = 2,
           timeout: float = 30.0, log: Callable[[str], None] | None = None,
-          expected: Mapping[str, str] | None = None, backoff: float = 0.5) -> list[Path]:
-    """Fetch the four MNIST files into ``dest`` and return their paths (decompressed, verified,
-    in the order of :data:`FILES`).
+          expected: Mapping[str, str] | None = None, backoff: float = 0.5,
+          names: Sequence[str] | None = None) -> list[Path]:
+    """Fetch the four MNIST files (or only ``names``, a subset of :data:`FILES`) into ``dest``
+    and return their paths (decompressed, verified, in the order of :data:`FILES`).
 
     Per file, each mirror is tried in order, first as ``NAME.gz`` then as ``NAME``; a mirror is a
     directory, a ``file://`` URL or an ``http(s)://`` URL. Network errors are retried ``retries``
@@ -417,6 +418,10 @@ def fetch(dest: Path | str, mirrors: Sequence[str | Path], *, retries: int = 2,
     if unknown:
         raise ValueError(f"unknown MNIST file(s) in expected: {', '.join(unknown)}; "
                          f"allowed: {', '.join(FILES)}")
+    wanted = set(FILES if names is None else names)
+    if wanted - set(FILES):
+        raise ValueError(f"unknown MNIST file(s): {', '.join(sorted(wanted - set(FILES)))}; "
+                         f"allowed: {', '.join(FILES)}")
     digests = {**MD5, **(expected or {})}
     mirrors = [str(m) for m in mirrors]
     say = log or (lambda message: None)
@@ -426,8 +431,14 @@ def fetch(dest: Path | str, mirrors: Sequence[str | Path], *, retries: int = 2,
     try:
         dest.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        raise DataError(f"the MNIST destination {dest} exists but is not a directory; pass "
-                        "--dest a folder (default: resources/mnist).") from None
+        blocking = blocking_file(dest)
+        if blocking is None or blocking == dest:
+            raise DataError(f"the MNIST destination {dest} exists but is not a directory; pass "
+                            "--dest a folder (default: resources/mnist).") from None
+        raise DataError(f"cannot create the MNIST destination {dest}: {blocking} is a file, "
+                        f"not a folder. Pass --dest a folder whose parents are folders "
+                        "(default: resources/mnist), or move that file out of the way."
+                        ) from None
     except OSError as exc:
         raise DataError(f"cannot create the MNIST destination {dest} "
                         f"({exc.strerror or exc}); pass --dest a writable folder.") from None
@@ -435,6 +446,9 @@ def fetch(dest: Path | str, mirrors: Sequence[str | Path], *, retries: int = 2,
     paths: list[Path] = []
     images: int | None = None  # items in the images file of the split being fetched
     for name in FILES:
+        if name not in wanted:
+            images = None  # a labels file fetched alone is checked by its digest
+            continue
         kind, target = _KIND[name], dest / name
         labels_of = images if kind == "labels" else None
         items, reason = _verify_existing(target, digests[name], kind, labels_of)

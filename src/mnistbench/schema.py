@@ -7,7 +7,9 @@ A cell's folder holds three files:
   "results"}``; ``params`` keys are :data:`PARAM_FIELDS`, ``results`` keys are
   :data:`RESULT_FIELDS`, ``timing`` keys are :data:`TIMING_FIELDS`, ``env`` keys are
   :data:`ENV_FIELDS`; ``sources`` says where energy figures came from (``gpu_energy``:
-  nvml-counter, nvml-power-integral or null; ``cpu_energy``: rapl or null).
+  nvml-counter, nvml-power-integral or null; ``cpu_energy``: rapl or null) and which Adam
+  kernel ran (``adam``: torch._fused_adam_ or torch.optim.Adam(fused=True); ``adam_fallback``:
+  why the private kernel was not used, or null).
 - ``epochs.csv``: one row per timed epoch, columns :data:`EPOCH_COLUMNS`.
 - ``resources.csv``: the background sampler's time series, columns :data:`RESOURCE_COLUMNS`.
 
