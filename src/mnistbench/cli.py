@@ -2,8 +2,10 @@
 to the package. Heavy modules (torch, pandas, matplotlib) are imported only by the subcommand
 that needs them, so ``--help`` and ``fetch`` start fast.
 
-Exit codes: 0 success; 1 bad input (data, results, config); 2 usage error; for ``train`` the
-cell statuses of :data:`mnistbench.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed).
+Exit codes: 0 success; 1 bad input (data, results, config) or an output folder that cannot
+be written (a file in the way, no permission, a full disk), each with a one-paragraph message
+naming the path and the fix; 2 usage error; for ``train`` the cell statuses of
+:data:`mnistbench.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed).
 """
 
 from __future__ import annotations
@@ -15,42 +17,19 @@ import re
 import sys
 from pathlib import Path
 
-from . import __version__, forkserver
-from .devices import DEVICES, LOADERS, PRECISIONS
-
-MIRROR_ENV = "MNISTBENCH_MIRROR"
+from . import __version__
+from .envvars import MIRROR_VAR
+from .options import (
+    TRAIN_DESCRIPTION,
+    TRAIN_HELP,
+    add_train_arguments,
+    non_negative_int,
+    positive_float,
+)
 
 
 class CliError(Exception):
     """A user-facing error: printed as one paragraph, exit code 1."""
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {value}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {value}")
-    return value
 
 
 def _add_fetch(sub) -> None:
@@ -60,7 +39,7 @@ def _add_fetch(sub) -> None:
         description="Fetch the four MNIST IDX files into DEST, trying mirrors in order, and "
         "verify their decompressed contents against the official MD5 digests. Files already "
         "present and verified are kept. Mirrors given with --mirror, then those in "
-        f"${MIRROR_ENV} (separated by whitespace or commas), come before the defaults.",
+        f"${MIRROR_VAR} (separated by whitespace or commas), come before the defaults.",
     )
     p.add_argument("--dest", type=Path, default=Path("resources/mnist"),
                    help="destination folder (default: %(default)s)")
@@ -68,11 +47,14 @@ def _add_fetch(sub) -> None:
                    help="a mirror tried before the defaults: a directory, file:// or "
                    "http(s):// URL holding the files, gzipped or not (repeatable)")
     p.add_argument("--no-default-mirrors", action="store_true",
-                   help="try only the mirrors given with --mirror / $" + MIRROR_ENV)
-    p.add_argument("--retries", type=_non_negative_int, default=2,
+                   help="try only the mirrors given with --mirror / $" + MIRROR_VAR)
+    p.add_argument("--retries", type=non_negative_int, default=2,
                    help="retries per mirror and file after the first try (default: %(default)s)")
-    p.add_argument("--timeout", type=_positive_float, default=30.0,
+    p.add_argument("--timeout", type=positive_float, default=30.0,
                    help="network timeout in seconds (default: %(default)s)")
+    p.add_argument("--file", action="append", dest="files", metavar="NAME",
+                   help="fetch only this file, e.g. train-images-idx3-ubyte (repeatable; "
+                   "default: all four); the workflow fetches one file per job")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
     p.set_defaults(func=_cmd_fetch)
 
@@ -81,7 +63,7 @@ def _cmd_fetch(args) -> int:
     from . import data
 
     mirrors = list(args.mirror)
-    env_value = os.environ.get(MIRROR_ENV, "")
+    env_value = os.environ.get(MIRROR_VAR, "")
     mirrors += [m for m in env_value.replace(",", " ").split() if m]
     if not args.no_default_mirrors:
         mirrors += list(data.DEFAULT_MIRRORS)
@@ -90,8 +72,8 @@ def _cmd_fetch(args) -> int:
                        "--no-default-mirrors.")
     try:
         paths = data.fetch(args.dest, mirrors, retries=args.retries, timeout=args.timeout,
-                           log=None if args.quiet else _stderr)
-    except data.DataError as exc:
+                           log=None if args.quiet else _stderr, names=args.files)
+    except (data.DataError, ValueError) as exc:
         raise CliError(str(exc)) from None
     if not args.quiet:
         for path in paths:
@@ -100,69 +82,18 @@ def _cmd_fetch(args) -> int:
 
 
 def _add_train(sub) -> None:
-    p = sub.add_parser(
-        "train",
-        help="train and time one cell of the study",
-        description="Train the study's CNN for one cell (device x precision x batch size x "
-        "loader), time every phase of every epoch, and write summary.json, epochs.csv and "
-        "resources.csv into --out. A cell that cannot run still writes its summary with "
-        "status unavailable, oom or failed, and exits 10, 11 or 12.",
-    )
-    p.add_argument("--data", type=Path, default=Path("resources/mnist"),
-                   help="folder with the four verified MNIST IDX files (default: %(default)s)")
-    p.add_argument("--out", type=Path, required=True, help="output folder of the cell")
-    p.add_argument("--device", choices=DEVICES, default="cpu")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32; tf32 (CUDA); bf16 autocast (CPU, CUDA); fp16 autocast with "
-                   "GradScaler (CUDA)")
-    p.add_argument("--batch-size", type=_positive_int, default=128, help="samples per step")
-    p.add_argument("--loader", choices=LOADERS, default="resident",
-                   help="dataloader: Dataset + transform + torch DataLoader (the blog's "
-                   "pipeline); resident: the normalised dataset as one tensor on the device")
-    p.add_argument("--epochs", type=_positive_int, default=1, help="timed epochs")
-    p.add_argument("--lr", type=_positive_float, default=1e-3, help="Adam learning rate")
-    p.add_argument("--seed", type=_non_negative_int, default=0)
-    p.add_argument("--threads", type=_non_negative_int, default=0,
-                   help="torch intra-op CPU threads (0: torch's default)")
-    p.add_argument("--workers", type=_non_negative_int, default=0,
-                   help="DataLoader worker processes (dataloader loader only)")
-    p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False,
-                   help="DataLoader pin_memory (dataloader loader only)")
-    p.add_argument("--compile", nargs="?", const="default", default="",
-                   choices=["default", "reduce-overhead", "max-autotune"],
-                   help="wrap the model in torch.compile with this mode (bare --compile: "
-                   "default; reduce-overhead uses CUDA graphs on CUDA)")
-    p.add_argument("--warmup-steps", type=_non_negative_int, default=3,
-                   help="untimed warm-up steps; the trajectory is restored afterwards")
-    p.add_argument("--max-steps", type=_non_negative_int, default=0,
-                   help="cap on training steps per epoch (0: a full epoch)")
-    p.add_argument("--train-limit", type=_non_negative_int, default=0,
-                   help="use only the first N training samples (0: all)")
-    p.add_argument("--test-limit", type=_non_negative_int, default=0,
-                   help="use only the first N test samples (0: all)")
-    p.add_argument("--eval-batch-size", type=_non_negative_int, default=0,
-                   help="batch size of the test-set evaluation (0: the training batch size, "
-                   "the same shapes as training, which warm-up and autotuning already cover)")
-    p.add_argument("--sample-interval", type=_positive_float, default=0.5,
-                   help="resource sampler period in seconds")
-    p.add_argument("--time-limit", type=_non_negative_float, default=0.0, metavar="SECONDS",
-                   help="wall-clock limit of the warm-up and timed epochs; a cell that reaches "
-                   "it is recorded as failed and exits 12 (0: no limit)")
-    p.add_argument("--env", default=None,
-                   help="environment name recorded in the summary (default: $MNISTBENCH_ENV "
-                   "or the host name)")
-    p.add_argument("--experiment", default="adhoc", help="experiment name recorded")
-    p.add_argument("--cell", default=None, help="cell id recorded (default: --out's name)")
-    p.add_argument("--repeat", type=_non_negative_int, default=0, help="repeat index recorded")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_train)
+    p = sub.add_parser("train", help=TRAIN_HELP, description=TRAIN_DESCRIPTION)
+    add_train_arguments(p).set_defaults(func=_cmd_train)
 
 
 def _cmd_train(args) -> int:
     from . import train
 
     config = train.TrainConfig.from_namespace(args)
-    return train.run_cell(config)
+    try:
+        return train.run_cell(config)
+    except train.OutputError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _add_env(sub) -> None:
@@ -175,7 +106,44 @@ def _add_env(sub) -> None:
 def _cmd_env(args) -> int:
     from . import sysinfo
 
-    print(json.dumps(sysinfo.capture(), indent=2, sort_keys=True))
+    print(json.dumps(sysinfo.capture(), indent=2, sort_keys=True, allow_nan=False))
+    return 0
+
+
+def _add_env_name(sub) -> None:
+    p = sub.add_parser("env-name", help="print the environment name results are filed under",
+                       description="Print the name of this environment (a folder under "
+                       "results/runs): $MNISTBENCH_ENV, else the host name and the runtime, "
+                       "e.g. myhost-local or myhost-docker-mnistbench-cpu (mnistbench.study).")
+    p.add_argument("--runtime", choices=["local", "docker", "apptainer"], default=None,
+                   help="the runtime of the cells instead of this process's own")
+    p.set_defaults(func=_cmd_env_name)
+
+
+def _cmd_env_name(args) -> int:
+    from . import study
+
+    print(study.environment_name(runtime=args.runtime))
+    return 0
+
+
+def _add_lock_file(sub) -> None:
+    p = sub.add_parser("lock-file", help="create or check the machine-wide lock file of timed "
+                       "cells, safely", description="Create PATH as the lock file that keeps "
+                       "timed cells of every study on this machine apart (readable by all, "
+                       "never through a symlink), or check the existing one; exit 1 with the "
+                       "reason and the fix when it is not a plain file (mnistbench.machinelock).")
+    p.add_argument("path", type=Path, help="the lock file (the workflow's config lock_file)")
+    p.set_defaults(func=_cmd_lock_file)
+
+
+def _cmd_lock_file(args) -> int:
+    from . import machinelock
+
+    try:
+        machinelock.prepare(args.path)
+    except machinelock.LockFileError as exc:
+        raise CliError(str(exc)) from None
     return 0
 
 
@@ -352,29 +320,27 @@ def build_parser() -> argparse.ArgumentParser:
         description="How much faster, and at what cost, does a GPU train a CNN than a CPU?",
     )
     parser.add_argument("--version", action="version", version=f"mnistbench {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_fetch, _add_train, _add_env, _add_aggregate, _add_report,
-                _add_docker):
+    # dest is not "command": `report --command` would overwrite it.
+    sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
+    for add in (_add_fetch, _add_train, _add_env, _add_env_name, _add_lock_file,
+                _add_aggregate, _add_report, _add_docker):
         add(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``mnistbench`` console script. With $MNISTBENCH_FORKSERVER set,
-    ``train`` runs in that fork server (forkserver.py) when it serves it."""
+    """Parse ``argv`` (default: the process's) and run the subcommand in this process. The
+    ``mnistbench`` console script (mnistbench.console) first offers ``train`` to a fork
+    server; a forked cell comes back here."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["train"] and os.environ.get(forkserver.SOCKET_ENV):
-        code = forkserver.delegate(argv)
-        if code is not None:
-            return code
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except CliError as exc:
-        print(f"mnistbench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"mnistbench {args.command}: interrupted", file=sys.stderr)
+        print(f"mnistbench {args.subcommand}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -9,13 +9,18 @@ Measurement policy (see the README's methodology):
   timed epochs; their duration is reported as ``warmup_s``. The model, the optimizer and every
   random generator are then restored, so the trajectory the seed determines is unchanged.
 - Timed epochs: phases are split by consecutive marks (``timing.py``): CUDA events on CUDA,
-  with no synchronisation inside the loop (losses accumulate on the device, read once per
-  epoch); ``time.perf_counter`` on CPU. Each epoch is data -> forward -> backward -> optimizer
-  per step, then evaluation on the test set.
+  with no synchronisation inside the loop (each step's loss is kept on the device, all read
+  once per epoch); ``time.perf_counter`` on CPU. Each epoch is data -> forward -> backward ->
+  optimizer per step, then evaluation on the test set.
 - A cell that cannot run is a result: ``unavailable`` (no such device), ``oom`` (out of memory
   at this batch size) or ``failed`` (any other error, with its message; also a cell whose
   warm-up and timed epochs outrun ``time_limit`` seconds), each with its own exit code and a
-  ``summary.json``.
+  ``summary.json``. A cell whose training or test loss turns NaN or infinite (diverged) is
+  ``failed``, its reason naming the epoch and step (checked when the epoch's losses are read,
+  so the loop gains no synchronisation).
+- Outputs appear together or not at all: the three files are staged in the cell folder and
+  renamed into place with ``summary.json`` last; if any cannot be written (full disk,
+  permissions), none is left and :class:`OutputError` says why and how to fix it.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import math
 import os
 import resource
 import signal
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
@@ -37,16 +44,30 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from . import atomic, data, devices, model, schema, sysinfo
-from .forkserver import START_ENV
+from . import atomic, data, devices, model, schema, study, sysinfo
+from .envvars import PROCESS_START_VAR
+from .loaders import Loaders, build_loaders
 from .monitor import ResourceMonitor
-from .optim import FusedAdam
+from .optim import make_adam
 from .timing import phase_timer, process_start_unix, synchronize
 
-#: MNIST normalisation of the classic pipeline (torchvision's Normalize((0.1307,), (0.3081,))).
-MNIST_MEAN = 0.1307
-MNIST_STD = 0.3081
 COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune")
+OUTPUT_FILES = (schema.EPOCHS_FILE, schema.RESOURCES_FILE, schema.SUMMARY_FILE)
+
+
+class InvalidSetting(ValueError):
+    """A setting of :class:`TrainConfig` outside its allowed range (e.g. a NaN or infinite
+    learning rate)."""
+
+
+class OutputError(Exception):
+    """The cell's ``--out`` folder cannot hold its outputs (a file in the way, no permission,
+    a full disk). The message is one paragraph naming the folder and the fix; the folder then
+    holds none of the cell's files."""
+
+
+class NonFiniteLoss(Exception):
+    """A training or test loss turned NaN or infinite: training diverged."""
 
 
 @dataclass
@@ -94,12 +115,18 @@ class TrainConfig:
             raise devices.UnsupportedCombination(
                 f"unknown compile mode {self.compile!r}; allowed: "
                 f"{', '.join(m or '(empty: eager)' for m in COMPILE_MODES)}")
+        for name, zero_ok in (("lr", False), ("sample_interval", False), ("time_limit", True)):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and (value > 0 or (zero_ok and value == 0))):
+                raise InvalidSetting(
+                    f"{name} must be a finite number {'0 or more' if zero_ok else 'above 0'}, "
+                    f"got {value!r}; pass --{name.replace('_', '-')} such a number")
 
     def params(self) -> dict:
         """The resolved parameters, keyed as :data:`schema.PARAM_FIELDS`."""
         values = asdict(self)
         values.update(self.resolved)
-        values["env"] = self.env or sysinfo.default_env_name()
+        values["env"] = self.env or study.environment_name()
         values["cell"] = self.cell or Path(self.out).name
         values["cuda_graphs"] = self.compile == "reduce-overhead" and self.device == "cuda"
         return {k: _jsonable(values.get(k)) for k in schema.PARAM_FIELDS}
@@ -117,133 +144,6 @@ def stream_seeds(seed: int) -> dict[str, int]:
 
 def _jsonable(value):
     return str(value) if isinstance(value, Path) else value
-
-
-class MnistDataset(torch.utils.data.Dataset):
-    """The classic per-sample pipeline, as torchvision's MNIST + ToTensor + Normalize does it:
-    each item becomes a PIL image, then a float tensor in [0, 1], then normalised."""
-
-    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
-        from PIL import Image  # Pillow, as torchvision's MNIST uses
-
-        self._image = Image
-        self.images = images
-        self.labels = labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int):
-        img = self._image.fromarray(self.images[index])  # mode L, as torchvision's MNIST
-        x = torch.from_numpy(np.array(img, dtype=np.uint8, copy=True)).view(1, 28, 28)
-        x = x.float().div(255)  # ToTensor
-        x = x.sub_(MNIST_MEAN).div_(MNIST_STD)  # Normalize
-        return x, int(self.labels[index])
-
-
-class ResidentLoader:
-    """The whole normalised split as one tensor on the training device; batches are shuffled
-    index selections. The permutation comes from a CPU generator, so CPU and GPU cells with
-    the same seed see the same batches."""
-
-    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, *,
-                 shuffle: bool, generator: torch.Generator | None) -> None:
-        self.images, self.labels = images, labels
-        self.batch_size, self.shuffle, self.generator = batch_size, shuffle, generator
-
-    def __len__(self) -> int:
-        return -(-len(self.labels) // self.batch_size)
-
-    def __iter__(self):
-        n = len(self.labels)
-        if self.shuffle:
-            order = torch.randperm(n, generator=self.generator).to(self.images.device)
-            for i in range(0, n, self.batch_size):
-                idx = order[i : i + self.batch_size]
-                yield self.images.index_select(0, idx), self.labels.index_select(0, idx)
-        else:
-            for i in range(0, n, self.batch_size):
-                yield self.images[i : i + self.batch_size], self.labels[i : i + self.batch_size]
-
-
-def normalised_tensor(images: np.ndarray, device: torch.device) -> torch.Tensor:
-    """uint8 (N, 28, 28) -> float32 (N, 1, 28, 28) normalised like the classic pipeline."""
-    x = torch.from_numpy(images).to(device).unsqueeze(1).float()
-    return x.div_(255).sub_(MNIST_MEAN).div_(MNIST_STD)
-
-
-@dataclass
-class Loaders:
-    """The training and test loaders of a cell, and a way to get warm-up batches from them
-    without touching the shuffling generator."""
-
-    train: object
-    test: object
-    train_size: int
-    test_size: int
-    sample_batch: object  # (split, size) -> (x, y) on the device, not shuffled
-
-
-def build_loaders(cfg: TrainConfig, device: torch.device, shuffle_gen: torch.Generator):
-    """Read the verified IDX files and build both loaders of ``cfg.loader``."""
-    train_x, train_y = data.load_split(cfg.data, "train")
-    test_x, test_y = data.load_split(cfg.data, "test")
-    if cfg.train_limit:
-        train_x, train_y = train_x[: cfg.train_limit], train_y[: cfg.train_limit]
-    if cfg.test_limit:
-        test_x, test_y = test_x[: cfg.test_limit], test_y[: cfg.test_limit]
-    splits = {"train": (train_x, train_y), "test": (test_x, test_y)}
-
-    if cfg.loader == "resident":
-        tensors = {
-            name: (normalised_tensor(x, device), torch.from_numpy(y.astype(np.int64)).to(device))
-            for name, (x, y) in splits.items()
-        }
-        train = ResidentLoader(*tensors["train"], cfg.batch_size, shuffle=True,
-                               generator=shuffle_gen)
-        test = ResidentLoader(*tensors["test"], cfg.eval_batch_size, shuffle=False,
-                              generator=None)
-
-        def sample_batch(split: str, size: int):
-            x, y = tensors[split]
-            return x[:size], y[:size]
-    else:
-        datasets = {name: MnistDataset(x, y) for name, (x, y) in splits.items()}
-        non_blocking = cfg.pin_memory and device.type == "cuda"
-
-        def make(ds, batch_size, shuffle):
-            # A fresh keyword set per loader: settings never leak between them.
-            return torch.utils.data.DataLoader(
-                ds, batch_size=batch_size, shuffle=shuffle, num_workers=cfg.workers,
-                pin_memory=cfg.pin_memory, generator=shuffle_gen if shuffle else None)
-
-        train = make(datasets["train"], cfg.batch_size, True)
-        test = make(datasets["test"], cfg.eval_batch_size, False)
-        collate = torch.utils.data.default_collate
-
-        def sample_batch(split: str, size: int):
-            ds = datasets[split]
-            x, y = collate([ds[i] for i in range(min(size, len(ds)))])
-            return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
-
-        train = _DeviceLoader(train, device, non_blocking)
-        test = _DeviceLoader(test, device, non_blocking)
-    return Loaders(train, test, len(train_y), len(test_y), sample_batch)
-
-
-class _DeviceLoader:
-    """Moves a DataLoader's batches to the device (the copy is part of the data phase)."""
-
-    def __init__(self, loader, device: torch.device, non_blocking: bool) -> None:
-        self.loader, self.device, self.non_blocking = loader, device, non_blocking
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __iter__(self):
-        for x, y in self.loader:
-            yield (x.to(self.device, non_blocking=self.non_blocking),
-                   y.to(self.device, non_blocking=self.non_blocking))
 
 
 class _NullTimer:
@@ -264,9 +164,28 @@ class Trainer:
             self.net = torch.compile(self.base, mode=cfg.compile)
         # Fused Adam: one kernel (CUDA) or one pass (CPU) over all parameters; the same
         # update as torch.optim.Adam(fused=True) without its start-up cost (optim.py).
-        self.optimizer = FusedAdam(self.base.parameters(), lr=cfg.lr)
+        # torch._fused_adam_ when it passes its start-up check, else the public fallback.
+        self.optimizer, self.adam = make_adam(self.base.parameters(), lr=cfg.lr)
         self.scaler = torch.amp.GradScaler(device.type) if self.policy.grad_scaler else None
-        self.loss_sum = torch.zeros((), device=device)
+        # Each step's training loss stays on the device (one copy, no synchronisation) until
+        # take_losses() reads them all at once; _sizes holds each step's samples.
+        self._losses = torch.zeros(0, device=device)
+        self._sizes: list[int] = []
+
+    def begin_epoch(self, steps: int) -> None:
+        """Start a new loss record with room for ``steps`` steps (allocated here, outside the
+        timed loop)."""
+        self._sizes = []
+        if len(self._losses) < steps:
+            self._losses = torch.zeros(steps, device=self.device)
+
+    def take_losses(self) -> tuple[list[float], list[int]]:
+        """The training loss and sample count of every step since the last call (the losses
+        read from the device in one transfer), and start a new record."""
+        n = len(self._sizes)
+        losses = self._losses[:n].tolist() if n else []
+        sizes, self._sizes = self._sizes, []
+        return losses, sizes
 
     def step(self, x: torch.Tensor, y: torch.Tensor, timer) -> None:
         """One training step; marks forward, backward and optimizer on ``timer``."""
@@ -284,7 +203,13 @@ class Trainer:
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         timer.mark("optimizer")
-        self.loss_sum += loss.detach().float() * len(y)
+        n = len(self._sizes)
+        if n == len(self._losses):  # only in the warm-up: begin_epoch sizes the timed record
+            grown = torch.zeros(max(16, 2 * n), device=self.device)
+            grown[:n] = self._losses
+            self._losses = grown
+        self._losses[n] = loss.detach()
+        self._sizes.append(len(y))
 
     @torch.no_grad()
     def evaluate(self, batches) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -314,7 +239,7 @@ class Trainer:
         return state
 
     def restore(self, state: dict) -> None:
-        """Put back what :meth:`snapshot` saved; the loss accumulator and scaler start anew."""
+        """Put back what :meth:`snapshot` saved; the loss record and scaler start anew."""
         self.base.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["cpu_rng"])
@@ -322,7 +247,7 @@ class Trainer:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         if self.scaler is not None:
             self.scaler = torch.amp.GradScaler(self.device.type)
-        self.loss_sum.zero_()
+        self._sizes = []
 
 
 class TimeLimitReached(BaseException):
@@ -413,6 +338,7 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
     monitor.set_stage("train")
     energy_start = monitor.energy()
     for epoch in range(1, cfg.epochs + 1):
+        trainer.begin_epoch(steps_per_epoch)
         synchronize(dev)
         wall_start = time.perf_counter()
         timer.start()
@@ -429,8 +355,10 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
         timer.mark("eval")
         phases, _span = timer.totals()  # synchronises once on CUDA
         wall = time.perf_counter() - wall_start
-        train_loss = trainer.loss_sum.item() / max(samples, 1)
-        trainer.loss_sum.zero_()
+        losses, sizes = trainer.take_losses()
+        test_loss = loss.item() / max(count, 1)
+        check_losses(losses, test_loss, epoch, cfg)
+        train_loss = math.fsum(v * n for v, n in zip(losses, sizes, strict=True)) / max(samples, 1)
         progress.update(epoch, cfg.epochs, steps, steps_per_epoch, wall_start, force=True)
         train_s = sum(phases.get(p, 0.0) for p in schema.PHASES if p != "eval")
         rows.append({
@@ -441,7 +369,7 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
             "train_s": train_s,
             "epoch_s": wall,
             "train_loss": train_loss,
-            "test_loss": loss.item() / max(count, 1),
+            "test_loss": test_loss,
             "test_acc": 100.0 * correct.item() / max(count, 1),
             "samples_per_s": samples / train_s if train_s > 0 else None,
         })
@@ -452,6 +380,23 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
         for k in ("gpu_j", "cpu_j")
     }
     return energy
+
+
+def check_losses(losses: list[float], test_loss: float, epoch: int, cfg: TrainConfig) -> None:
+    """Raise :class:`NonFiniteLoss` naming the epoch and the first step whose training loss is
+    NaN or infinite (or the epoch's evaluation, for the test loss)."""
+    bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), None)
+    if bad is not None:
+        where = f"the training loss became {losses[bad]} in epoch {epoch} at step {bad + 1}"
+    elif not math.isfinite(test_loss):
+        where = (f"the test loss became {test_loss} in the evaluation of epoch {epoch} "
+                 f"(after step {len(losses)})")
+    else:
+        return
+    raise NonFiniteLoss(
+        f"{where} (lr {cfg.lr:g}, {cfg.precision}, batch size {cfg.batch_size}): training "
+        f"diverged. Lower the learning rate (--lr, or config experiments.{cfg.experiment}.lr) "
+        "or use another precision")
 
 
 def headline(rows: list[dict]) -> dict:
@@ -486,35 +431,68 @@ def _is_oom(exc: BaseException) -> bool:
 
 def _process_start_unix() -> float:
     """When this cell's process started (Unix time, s): for a cell forked by the fork server,
-    when its client started (forkserver.START_ENV), so startup_s counts the whole start."""
+    when its client started (envvars.PROCESS_START_VAR), so startup_s counts the whole start."""
     with contextlib.suppress(KeyError, ValueError):
-        return float(os.environ[START_ENV])
+        return float(os.environ[PROCESS_START_VAR])
     return process_start_unix()
 
 
-def run_cell(cfg: TrainConfig) -> int:
-    """Run one cell and write its outputs; the exit code of its status."""
-    started_unix = time.time()  # wall-clock stamp for the record, not used for durations
+def prepare_out(out: Path) -> list[Path]:
+    """Create ``out``, remove an earlier run's outputs (never pair a new run with an old
+    run's files) and check that a file can be created there; return the folders created.
+    Raises :class:`OutputError` (leaving no folder it created) when ``out`` is unusable."""
+    created: list[Path] = []
+    try:
+        created = atomic.make_dirs(out)
+        for name in OUTPUT_FILES:
+            (out / name).unlink(missing_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        atomic.remove_dirs(created)
+        raise OutputError(atomic.folder_error(out, exc, "the cell's outputs", "--out")
+                          + " Nothing was run or written.") from None
+    return created
+
+
+@dataclass
+class CellRun:
+    """One cell's run as it goes: set up by :func:`set_up`, filled by :func:`execute`, written
+    by :func:`write_outputs`."""
+
+    cfg: TrainConfig
+    out: Path
+    created: list[Path]  # folders prepare_out made (removed again if nothing can be written)
+    started_unix: float  # wall-clock stamp for the record, not used for durations
+    process_start: float  # Unix s when the cell's process (or its fork-server client) began
+    env_info: dict
+    monitor: ResourceMonitor
+    timing: dict
+    status: str = "ok"
+    reason: str = ""
+    rows: list[dict] = field(default_factory=list)  # epochs.csv rows: complete cells only
+    energy: dict = field(default_factory=dict)
+    trainer: Trainer | None = None
+
+
+def set_up(cfg: TrainConfig) -> CellRun | int:
+    """Validate the settings (exit code 2 on a usage error), prepare ``--out``, set threads,
+    capture the environment and start the resource sampler."""
+    started_unix = time.time()
     process_start = _process_start_unix()
     try:
         cfg.validate()
-    except devices.UnsupportedCombination as exc:
+    except (devices.UnsupportedCombination, InvalidSetting) as exc:
         print(f"mnistbench train: error: {exc}", file=sys.stderr)
         return 2
     cfg.eval_batch_size = cfg.eval_batch_size or cfg.batch_size
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name in (schema.SUMMARY_FILE, schema.EPOCHS_FILE, schema.RESOURCES_FILE):
-        with contextlib.suppress(FileNotFoundError):
-            (out / name).unlink()  # never pair a new run with an old run's files
-
+    created = prepare_out(out)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     cfg.resolved["threads"] = torch.get_num_threads()
     env_info = sysinfo.capture()
-    status, reason = "ok", ""
-    rows: list[dict] = []
-    energy: dict = {}
     timing = {"startup_s": time.time() - process_start}
     gpu_index = gpu_uuid = None
     if cfg.device == "cuda" and torch.cuda.is_available():
@@ -524,7 +502,14 @@ def run_cell(cfg: TrainConfig) -> int:
                               gpu_uuid=gpu_uuid)
     monitor.start()
     monitor.set_stage("setup")
-    trainer = None
+    return CellRun(cfg, out, created, started_unix, process_start, env_info, monitor, timing)
+
+
+def execute(run: CellRun) -> None:
+    """Load the data, warm up and time the epochs; every way it can end becomes the run's
+    status and reason (ok, unavailable, oom, failed), never an exception."""
+    cfg, monitor, timing = run.cfg, run.monitor, run.timing
+    warmup_start = time.perf_counter()
     try:
         device = devices.pick_device(cfg.device)
         seeds = stream_seeds(cfg.seed)
@@ -537,76 +522,127 @@ def run_cell(cfg: TrainConfig) -> int:
         loaders = build_loaders(cfg, device, shuffle_gen)
         synchronize(device.type)
         timing["data_load_s"] = time.perf_counter() - t0
-        trainer = Trainer(cfg, device, seeds["init"])
+        run.trainer = Trainer(cfg, device, seeds["init"])
         progress = Progress(enabled=not cfg.quiet and sys.stderr.isatty())
         warmup_start = time.perf_counter()
         with time_limit(cfg.time_limit):
             monitor.set_stage("warmup")
-            timing["warmup_s"] = warm_up(trainer, loaders, cfg)
-            energy = train_epochs(trainer, loaders, cfg, monitor, progress, rows)
+            timing["warmup_s"] = warm_up(run.trainer, loaders, cfg)
+            run.energy = train_epochs(run.trainer, loaders, cfg, monitor, progress, run.rows)
     except TimeLimitReached:
         where = ("in the warm-up" if "warmup_s" not in timing
-                 else f"in timed epoch {len(rows) + 1} of {cfg.epochs}")
-        status, reason = "failed", (
+                 else f"in timed epoch {len(run.rows) + 1} of {cfg.epochs}")
+        run.status, run.reason = "failed", (
             f"time limit of {cfg.time_limit:g} s reached {where}; raise the limit (config "
             f"experiments.{cfg.experiment}.time_limit, or --time-limit) or time fewer epochs")
         timing.setdefault("warmup_s", time.perf_counter() - warmup_start)
-        rows = []  # only complete cells have epoch rows
+        run.rows = []  # only complete cells have epoch rows
     except devices.DeviceUnavailable as exc:
-        status, reason = "unavailable", f"{cfg.device} unavailable: {exc}"
-    except data.DataError as exc:
-        status, reason = "failed", str(exc)
+        run.status, run.reason = "unavailable", f"{cfg.device} unavailable: {exc}"
+    except (data.DataError, NonFiniteLoss) as exc:
+        run.status, run.reason = "failed", str(exc)
     except Exception as exc:
         if _is_oom(exc):
-            status = "oom"
-            reason = (f"out of memory on {cfg.device} at batch size {cfg.batch_size} "
-                      f"({cfg.precision}, {cfg.loader}): {_first_line(exc)}")
+            run.status = "oom"
+            run.reason = (f"out of memory on {cfg.device} at batch size {cfg.batch_size} "
+                          f"({cfg.precision}, {cfg.loader}): {_first_line(exc)}")
         else:
-            status, reason = "failed", f"{type(exc).__name__}: {_first_line(exc)}"
+            run.status, run.reason = "failed", f"{type(exc).__name__}: {_first_line(exc)}"
             traceback.print_exc(file=sys.stderr)
     monitor.set_stage("done")
     monitor.stop()
 
+
+def results_of(run: CellRun) -> dict:
+    """The summary's results: headline figures of an ok cell, resource use, peak memory,
+    energy."""
     results = {k: None for k in schema.RESULT_FIELDS}
-    if status == "ok":
-        results.update(headline(rows))
-    results.update(monitor.summary(stage="train"))
+    if run.status == "ok":
+        results.update(headline(run.rows))
+    results.update(run.monitor.summary(stage="train"))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
     results["peak_rss_mb"] = max(peak_rss, results.get("peak_rss_mb") or 0.0)
+    trainer = run.trainer
     if trainer is not None and trainer.device.type == "cuda":
         results["peak_cuda_mem_mb"] = torch.cuda.max_memory_allocated(trainer.device) / 2**20
-    results["gpu_energy_j"] = energy.get("gpu_j")
-    results["cpu_energy_j"] = energy.get("cpu_j")
+    results["gpu_energy_j"] = run.energy.get("gpu_j")
+    results["cpu_energy_j"] = run.energy.get("cpu_j")
+    return results
 
-    atomic.write_csv(out / schema.EPOCHS_FILE, list(schema.EPOCH_COLUMNS), rows)
-    monitor.write_csv(out / schema.RESOURCES_FILE)
-    ended_unix = time.time()
-    timed = sum(r["epoch_s"] for r in rows)
-    timing.update({
-        "started_at": _iso(started_unix),
-        "ended_at": _iso(ended_unix),
-        "start_unix": started_unix,
-        "end_unix": ended_unix,
-        "timed_s": timed,
-        "overhead_s": (ended_unix - process_start) - timed - timing.get("warmup_s", 0.0),
-    })
-    summary = {
-        "schema_version": schema.SCHEMA_VERSION,
-        "status": status,
-        "reason": reason,
-        "params": cfg.params(),
-        "env": env_info,
-        "timing": {k: timing.get(k) for k in schema.TIMING_FIELDS},
-        "results": {k: results.get(k) for k in schema.RESULT_FIELDS},
-        "sources": {
-            "gpu_energy": getattr(monitor, "gpu_energy_source", None),
-            "cpu_energy": getattr(monitor, "cpu_energy_source", None),
-        },
-    }
-    atomic.write_json(out / schema.SUMMARY_FILE, summary)  # last: its presence means complete
-    if status != "ok":
-        print(f"mnistbench train: {status}: {reason}", file=sys.stderr)
-    return schema.EXIT_CODES[status]
+
+def write_outputs(run: CellRun) -> None:
+    """Write epochs.csv, resources.csv and summary.json together (summary.json last: its
+    presence means the cell is complete). Raises :class:`OutputError` when they cannot be
+    written: the folder then holds none of them."""
+    cfg, timing, monitor = run.cfg, run.timing, run.monitor
+    results = results_of(run)
+
+    def write_summary(path: Path) -> None:
+        # Built after the CSVs are staged, so ended_at covers writing them.
+        ended_unix = time.time()
+        timed = sum(r["epoch_s"] for r in run.rows)
+        timing.update({
+            "started_at": _iso(run.started_unix),
+            "ended_at": _iso(ended_unix),
+            "start_unix": run.started_unix,
+            "end_unix": ended_unix,
+            "timed_s": timed,
+            "overhead_s": (ended_unix - run.process_start) - timed - timing.get("warmup_s", 0.0),
+        })
+        adam = getattr(run.trainer, "adam", None)
+        summary = {
+            "schema_version": schema.SCHEMA_VERSION,
+            "status": run.status,
+            "reason": run.reason,
+            "params": cfg.params(),
+            "env": run.env_info,
+            # A NaN or infinite measurement is no measurement: null in strict JSON.
+            "timing": {k: _finite(timing.get(k)) for k in schema.TIMING_FIELDS},
+            "results": {k: _finite(results.get(k)) for k in schema.RESULT_FIELDS},
+            "sources": {
+                "gpu_energy": getattr(monitor, "gpu_energy_source", None),
+                "cpu_energy": getattr(monitor, "cpu_energy_source", None),
+                # Which Adam ran (optim.py): torch._fused_adam_, or torch.optim.Adam(fused=True)
+                # with the reason the private kernel failed its start-up check.
+                "adam": getattr(adam, "name", None),
+                "adam_fallback": getattr(adam, "fallback_reason", None),
+            },
+        }
+        atomic.write_json(path, summary)
+
+    try:
+        atomic.write_together([
+            (run.out / schema.EPOCHS_FILE,
+             lambda path: atomic.write_csv(path, list(schema.EPOCH_COLUMNS), run.rows)),
+            (run.out / schema.RESOURCES_FILE, monitor.write_csv),
+            (run.out / schema.SUMMARY_FILE, write_summary),
+        ])
+    except OSError as exc:
+        atomic.remove_dirs(run.created)
+        raise OutputError(
+            atomic.folder_error(run.out, exc, "the cell's outputs", "--out")
+            + f" The folder holds none of {', '.join(OUTPUT_FILES)} (a cell's outputs appear "
+            f"together or not at all), so this run's result ({run.status}) is lost: run the "
+            "cell again once it can be written.") from None
+
+
+def run_cell(cfg: TrainConfig) -> int:
+    """Run one cell and write its outputs; the exit code of its status. Raises
+    :class:`OutputError` when ``cfg.out`` cannot hold them (checked before the run, and when
+    writing: the folder then holds none of the three files)."""
+    run = set_up(cfg)
+    if isinstance(run, int):
+        return run
+    execute(run)
+    write_outputs(run)
+    if run.status != "ok":
+        print(f"mnistbench train: {run.status}: {run.reason}", file=sys.stderr)
+    return schema.EXIT_CODES[run.status]
+
+
+def _finite(value):
+    """``value``, or None for a NaN or infinite float (strict JSON has neither)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,72 @@
+"""docs/faults.md, the table of bad inputs and faults the suite tries, stays true: every test it
+names exists in the named file and asserts something, and it lists at least 42 cases."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "faults.md"
+ROW = re.compile(r"^\| (?P<case>[^|]+) \| (?P<test>tests/[\w/]+\.py::\w+) "
+                 r"\| (?P<outcome>[^|]+) \|$")
+
+
+def rows() -> list[dict[str, str]]:
+    """The table rows of docs/faults.md (every line that starts a row but the headers)."""
+    found = []
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("| ") or line.startswith(("| bad input", "|---")):
+            continue
+        match = ROW.match(line)
+        assert match, f"docs/faults.md: not a row of three cells naming a test: {line!r}"
+        found.append(match.groupdict())
+    return found
+
+
+def functions_of(path: Path) -> dict[str, ast.FunctionDef]:
+    """The module-level test functions of a test file, by name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name: node for node in tree.body
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+def asserts_something(function: ast.FunctionDef) -> bool:
+    """Whether a test function holds an assert, a pytest.raises/fail or a call of a helper
+    that asserts (any name starting with assert_)."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assert):
+            return True
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name in ("pytest.raises", "pytest.fail") or name.split(".")[-1].startswith(
+                    "assert_"):
+                return True
+    return False
+
+
+def test_the_table_lists_at_least_42_cases():
+    """At least the 42 bad inputs and faults of the adversarial pass are in the table."""
+    assert len(rows()) >= 42
+
+
+@pytest.mark.parametrize("row", rows(), ids=lambda row: row["test"].split("::")[1])
+def test_every_named_test_exists_and_asserts(row):
+    """Each row's test is a test function of the named file that can fail."""
+    path, name = row["test"].split("::")
+    functions = functions_of(REPO / path)
+    assert name in functions, f"docs/faults.md names {row['test']}, which does not exist"
+    assert asserts_something(functions[name]), f"{row['test']} asserts nothing"
+    assert row["outcome"].strip() and row["case"].strip()
+
+
+def test_a_row_naming_a_missing_test_is_caught(tmp_path):
+    """The checks above fail for a test that is not there (so they can fail)."""
+    (tmp_path / "test_x.py").write_text("def test_real():\n    assert True\n")
+    functions = functions_of(tmp_path / "test_x.py")
+    assert "test_gone" not in functions and asserts_something(functions["test_real"])
+    empty = ast.parse("def test_nothing():\n    pass\n").body[0]
+    assert not asserts_something(empty)
