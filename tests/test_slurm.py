@@ -37,6 +37,7 @@ from test_workflow import (
 )
 
 from mnistbench import aggregate, schema
+from mnistbench.study import cell_id
 
 PROFILE = REPO / "profiles" / "slurm"
 REQUIRE_VAR = "MNISTBENCH_REQUIRE_SLURM"
@@ -89,7 +90,7 @@ def test_dry_run_files_cells_per_partition_with_their_slurm_resources(tmp_path, 
     assert proc.returncode == 0, proc.stdout
     jobs = bench_jobs(proc.stdout)
     assert set(jobs) == {
-        (env, exp, f"{device}-fp32-resident-b{batch}-r0")
+        (env, exp, cell_id(device, "fp32", "resident", batch, 0))
         for exp, batch in (("convergence", 128), ("sweep", 32))
         for env, device in (("slurm-epyc", "cpu"), ("lab-icelake", "cpu"), ("slurm-h100", "cuda"))
     }
@@ -144,11 +145,16 @@ def test_devices_auto_under_slurm_follow_the_cuda_partitions(tmp_path, tiny_mnis
 def test_cpus_per_cell_come_from_sinfo_unless_configured(tmp_path, tiny_mnist):
     """Without slurm.node_types.<p>.cpus a cell asks for every CPU of the smallest node of its
     partition (sinfo), the default partition's when none is named; config threads > 0 wins."""
+    # The test brings its own SLURM client commands (a fresh machine has none): sinfo with
+    # three nodes, and squeue, which the executor plugin looks for once sinfo exists (it
+    # raises "Neither 'sacct' nor 'squeue' ..." otherwise); a dry run never calls squeue.
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    sinfo = bindir / "sinfo"
-    sinfo.write_text("#!/bin/sh\nprintf 'main* 16\\nmain* 12\\nbig 64\\n'\n")
-    sinfo.chmod(0o755)
+    commands = {"sinfo": "printf 'main* 16\\nmain* 12\\nbig 64\\n'",
+                "squeue": "echo 'fake squeue: a dry run must not poll' >&2; exit 1"}
+    for name, body in commands.items():
+        (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bindir / name).chmod(0o755)
     env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
     config = slurm_config(tiny_mnist, tmp_path, devices=["cpu"])
     config["slurm"] = {"partitions": {"cpu": ["", "big"]}}
