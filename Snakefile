@@ -13,8 +13,11 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/slurm.smk"
 include: "workflow/rules/docker.smk"
+include: "workflow/rules/cells.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/images.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"

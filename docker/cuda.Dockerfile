@@ -93,7 +93,9 @@ RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-index 
 # Image name recorded in every cell's summary (env.container) and in its environment name.
 # (variant)
 ARG IMAGE_NAME=mnistbench:cuda
-ARG VERSION=0.1.0
+# The package version for the label: `mnistbench docker build` and scripts/ci-docker pass
+# mnistbench.__version__ (its one home).
+ARG VERSION=unknown
 # git revision and build time (ISO 8601, UTC) for the labels and the summaries.
 ARG REVISION=unknown
 ARG CREATED=unknown

@@ -54,24 +54,10 @@ if [ -z "${USER:-}" ]; then
   export USER
 fi
 
-# mnistbench.sysinfo.safe_name for ASCII text (host and image names are ASCII): only
-# [A-Za-z0-9._-], runs of "-" squeezed to one, no leading or trailing "." "_" "-", at most 100
-# characters.
-safe_name() {
-  printf '%s' "$1" | tr -c 'A-Za-z0-9._-' '-' | tr -s '-' | sed -e 's/^[._-]*//' \
-    | cut -c1-100 | sed -e 's/[._-]*$//'
-}
-
+# The environment name: the package's one rule (mnistbench.study.environment_name, which maps
+# the 12-hex-digit host name Docker makes up to "container"), unless MNISTBENCH_ENV is set.
 if [ -z "${MNISTBENCH_ENV:-}" ]; then
-  host=$(cat /proc/sys/kernel/hostname 2>/dev/null || echo container)
-  host=${host%%.*}
-  # Docker names a container's host after the first 12 hex digits of its id: not a machine.
-  if printf '%s' "$host" | grep -Eq '^[0-9a-f]{12}$'; then
-    host=container
-  fi
-  image=${MNISTBENCH_CONTAINER:-mnistbench}
-  image=${image##*/}
-  MNISTBENCH_ENV=$(safe_name "$(safe_name "$host")-docker-$(safe_name "$image")")
+  MNISTBENCH_ENV=$(mnistbench env-name)
   export MNISTBENCH_ENV
 fi
 

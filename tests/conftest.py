@@ -1,5 +1,8 @@
-"""Shared fixtures. Data: ``tiny_mnist`` (synthetic, fast), ``real_mnist_mirror`` and
-``real_mnist`` (the real files from the offline mirror ``../shared/mnist``; skipped without it)."""
+"""Shared fixtures and the ``gpu`` marker. Data: ``tiny_mnist`` (synthetic, fast),
+``real_mnist_mirror`` and ``real_mnist`` (the real files from the offline mirror
+``../shared/mnist``; skipped without it). Tests marked ``gpu`` are skipped, with the reason, where
+torch sees no CUDA GPU (:func:`pytest_collection_modifyitems`); a test needs no ``skipif`` of its
+own."""
 
 from __future__ import annotations
 
@@ -14,6 +17,34 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO_ROOT.parent / "shared" / "mnist"
 TINY_TRAIN = 512  # samples in the train split of ``tiny_mnist``
 TINY_TEST = 256  # samples in the test split of ``tiny_mnist``
+#: What gives the ``gpu`` tests a GPU, for the skip reason.
+GPU_HINT = ("run them on a machine with an NVIDIA GPU, its driver and a CUDA build of torch "
+            "(`pytest -m gpu`; scripts/gpu-check runs them on a fresh GPU machine)")
+
+
+def no_gpu_reason() -> str | None:
+    """Why the ``gpu`` tests cannot run here, or None when torch sees a CUDA GPU."""
+    import torch  # here, not at the top: only a session that collects a gpu test pays for it
+
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        why = f"torch {torch.__version__} is a CPU-only build"
+    else:
+        why = f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no CUDA GPU"
+    return f"needs a CUDA GPU: {why}; {GPU_HINT}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Implement the ``gpu`` marker: skip the marked tests where torch sees no CUDA GPU."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    reason = no_gpu_reason()
+    if reason is None:
+        return
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")

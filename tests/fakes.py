@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mnistbench import schema
+from mnistbench import __version__, schema
 from mnistbench.devices import DEVICES, LOADERS, PRECISIONS, is_supported
+from mnistbench.study import cell_id  # re-exported: the tests import it from here
 
 TRAIN_SAMPLES = 60_000
 TEST_SAMPLES = 10_000
@@ -68,11 +69,6 @@ MACHINES = (
     Machine("gamma-laptop", "Intel(R) Core(TM) i5-8250U CPU @ 1.60GHz", 8, 4, 15.5,
             "NVIDIA GeForce MX150", 2.0, 0.45, 0.12),
 )
-
-
-def cell_id(device: str, precision: str, loader: str, batch_size: int, repeat: int) -> str:
-    """The folder name of a cell, e.g. ``cuda-fp32-resident-b128-r0``."""
-    return f"{device}-{precision}-{loader}-b{batch_size}-r{repeat}"
 
 
 def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
@@ -370,7 +366,7 @@ def _env_capture(machine: Machine, hostname: str, has_gpu: bool) -> dict:
         "gpu_count": 1 if has_gpu else 0,
         "gpu_memory_gb": machine.gpu_memory_gb if has_gpu else None,
         "gpu_driver": "570.124.06" if has_gpu else "",
-        "git_revision": "42bbbe9", "mnistbench": "0.1.0", "container": "",
+        "git_revision": "42bbbe9", "mnistbench": __version__, "container": "",
         "container_image_id": "", "slurm_job_id": "", "slurm_partition": "",
         "slurm_node": "", "launch": "fork-server",
     }

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mnistbench import cli, container, schema, sysinfo
-from mnistbench.devices import GPU_NOTE_VAR
+from mnistbench import cli, container, options, schema, sysinfo
+from mnistbench.envvars import GPU_NOTE_VAR, IMAGE_ID_VAR
 
 IMAGE_ID = "sha256:" + "ab" * 32
 NO_GPU_ERROR = ('docker: Error response from daemon: could not select device driver "" with '
@@ -132,12 +132,15 @@ def test_cpu_cell_command(cell):
         f"type=bind,source={root / 'results'},target=/work/results",
         f"type=bind,source={root / 'data'},target=/data,readonly",
     ]
-    assert _value(command, "-e") == f"{sysinfo.IMAGE_ID_VAR}={IMAGE_ID}"
+    assert _value(command, "-e") == f"{IMAGE_ID_VAR}={IMAGE_ID}"
     image_at = command.index(IMAGE_ID)
     assert command[image_at - 2:image_at] == ["--cpuset-cpus", "0-1"]
     assert command[image_at + 1:] == [
-        "mnistbench", "train", "--device", "cpu", "--data", "/data", "--out",
-        "/work/results/runs/box/sweep/cpu-cell", "--env", "box", "--quiet"]
+        "mnistbench", "train", "--device", "cpu", "--data", "data", "--out",
+        "results/runs/box/sweep/cpu-cell", "--env", "box", "--quiet",
+        "--data", "/data", "--out", "/work/results/runs/box/sweep/cpu-cell"]
+    parsed = options.train_parser().parse_args(command[image_at + 3:])  # as the trainer reads
+    assert (str(parsed.data), str(parsed.out)) == ("/data", "/work/results/runs/box/sweep/cpu-cell")
     assert "mnistbench:cpu" not in command  # by ID: a retag cannot change what runs
     assert _value(command, "--name").startswith("mnistbench-cpu-cell-")
 
@@ -148,7 +151,7 @@ def test_cuda_cell_asks_for_the_gpus_torch_would_see(cell, monkeypatch):
     args = ["train", "--device=cuda", "--data=data", "--out=results/x"]
     command = container.run_command(cell["record"], args)
     assert _value(command, "--gpus") == "all"
-    assert command[-3:] == ["--device=cuda", "--data=/data", "--out=/work/results/x"]
+    assert command[-4:] == ["--data", "/data", "--out", "/work/results/x"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
     assert _value(container.run_command(cell["record"], args), "--gpus") == '"device=1,2"'
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -167,7 +170,8 @@ def test_container_name_is_unique_per_output_folder(tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["fetch", "--dest", "x"], "must be `train ...`"),
-    (["train", "--out", "results/x"], "needs --data"),
+    (["train", "--data", "data"], "is not valid"),  # no --out
+    (["train", "--data", "data", "--out", "results/x", "--device", "tpu"], "is not valid"),
     (["train", "--data", "data", "--out", "elsewhere/x"], "not inside the results folder"),
     (["train", "--data", "nodata", "--out", "results/x"], "data folder nodata does not exist"),
 ])

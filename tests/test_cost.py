@@ -38,16 +38,22 @@ def test_default_model_is_valid_and_documented():
     assert yaml.safe_load(blocks[0]) == cost.DEFAULT_MODEL
 
 
-def test_missing_key_is_named_with_what_it_means():
-    """A missing key is an error naming it and its meaning."""
-    data = copy.deepcopy(cost.DEFAULT_MODEL)
-    del data["price_per_kwh"]
-    with pytest.raises(cost.CostError, match=r"missing key\(s\) price_per_kwh.*per kWh"):
-        cost.validate(data, "my.yaml")
-    data = copy.deepcopy(cost.DEFAULT_MODEL)
-    del data["devices"]["cuda"]["life_years"]
-    with pytest.raises(cost.CostError, match=r"devices\.cuda\.life_years"):
-        cost.validate(data, "my.yaml")
+def test_keys_left_out_take_the_schemas_defaults():
+    """A model that gives only some keys gets every other one from the schema's defaults."""
+    model = cost.validate({"price_per_kwh": 0.5, "devices": {"cuda": {"life_years": 3}}}, "x")
+    assert model.price_per_kwh == 0.5 and model.devices["cuda"].life_years == 3.0
+    assert model.currency == "EUR" and model.devices["cuda"].hardware_price == 3000.0
+    assert model.devices["cpu"] == cost.validate({}).devices["cpu"]
+
+
+def test_the_schema_is_the_only_definition_of_the_model():
+    """The built-in model is the schema's defaults, and the workflow's config schema takes the
+    cost model from the package's schema file (no second copy)."""
+    assert cost.resolve({}) == cost.DEFAULT_MODEL
+    config_schema = yaml.safe_load((DOCS.parents[1] / "workflow" / "schemas"
+                                    / "config.schema.yaml").read_text(encoding="utf-8"))
+    assert config_schema["properties"]["cost"]["$ref"].endswith(
+        "src/mnistbench/cost_model.schema.yaml")
 
 
 def test_unknown_key_lists_the_allowed_ones():
@@ -56,26 +62,28 @@ def test_unknown_key_lists_the_allowed_ones():
     data["price_per_kWh"] = data.pop("price_per_kwh")
     with pytest.raises(cost.CostError) as info:
         cost.validate(data, "my.yaml")
-    assert "price_per_kWh" in str(info.value) and "allowed: currency, price_per_kwh" in str(
+    assert "price_per_kWh" in str(info.value) and "allowed keys: currency, price_per_kwh" in str(
         info.value)
     data = copy.deepcopy(cost.DEFAULT_MODEL)
     data["devices"]["tpu"] = data["devices"]["cpu"]
-    with pytest.raises(cost.CostError, match="allowed and required: cpu, cuda"):
+    with pytest.raises(cost.CostError, match="allowed keys: cpu, cuda"):
         cost.validate(data, "my.yaml")
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
-    ("devices.cuda.life_years", 0, "devices.cuda.life_years must be a number > 0"),
-    ("devices.cpu.hours_per_year", 9000, "<= 8784"),
-    ("price_per_kwh", -0.1, "price_per_kwh must be a number >= 0"),
-    ("price_per_kwh", "cheap", "got 'cheap'"),
-    ("target_accuracy", 101, "target_accuracy"),
-    ("runs", 0, "runs must be a whole number >= 1"),
-    ("runs", True, "runs must be a whole number"),
-    ("currency", "", "currency must be a short non-empty text"),
+    ("devices.cuda.life_years", 0, "key devices.cuda.life_years: 0 is less than or equal to"),
+    ("devices.cpu.hours_per_year", 9000, "maximum of 8784"),
+    ("price_per_kwh", -0.1, "key price_per_kwh: -0.1 is less than the minimum of 0"),
+    ("price_per_kwh", "cheap", "'cheap' is not of type 'number'"),
+    ("price_per_kwh", float("nan"), "key price_per_kwh: nan should not be valid"),
+    ("target_accuracy", 101, "key target_accuracy"),
+    ("runs", 0, "key runs: 0 is less than the minimum of 1"),
+    ("runs", True, "key runs: True is not of type 'integer'"),
+    ("currency", "", "key currency"),
+    ("currency", "  ", "key currency"),
 ])
 def test_bad_values_are_named(key, value, expected):
-    """Out-of-range or mistyped values are errors naming the key and the allowed range."""
+    """Out-of-range, non-finite or mistyped values are errors naming the key and the rule."""
     with pytest.raises(cost.CostError, match=re.escape(expected)):
         _model(**{key: value})
 

@@ -21,7 +21,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mnistbench import __version__, data, schema, sysinfo
+from mnistbench import __version__, data, schema, study, sysinfo
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_DOCKERFILE = REPO / "docker" / "cpu.Dockerfile"
@@ -82,8 +81,9 @@ def test_dockerfiles_differ_only_in_variant_lines():
 
 
 def test_dockerfile_variant_defaults():
-    """The CPU image takes the CPU-only torch wheels, the CUDA image PyPI's CUDA 13.0 build on
-    a CUDA 13.0 base image, and both pin their base image to a release."""
+    """The CPU image takes the CPU-only torch wheels, the CUDA image PyPI's CUDA build on a
+    base image of the same CUDA version as the torch build pinned in requirements/torch.txt
+    (the .venv's), and both pin their base image to a release."""
     def args(path: Path) -> dict[str, str]:
         return dict(line.split(" ", 1)[1].split("=", 1) for variant, line in _instructions(path)
                     if variant)
@@ -92,10 +92,25 @@ def test_dockerfile_variant_defaults():
     assert cpu["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
     assert cuda["TORCH_INDEX_URL"] == "https://pypi.org/simple"
     assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", cpu["BASE_IMAGE"])
-    assert re.fullmatch(r"nvidia/cuda:13\.0\.\d+-[a-z-]+-ubuntu24\.04", cuda["BASE_IMAGE"])
+    base = re.fullmatch(r"nvidia/cuda:(\d+\.\d+)\.\d+-[a-z-]+-ubuntu24\.04", cuda["BASE_IMAGE"])
+    assert base, cuda["BASE_IMAGE"]
     assert (cpu["IMAGE_NAME"], cuda["IMAGE_NAME"]) == ("mnistbench:cpu", "mnistbench:cuda")
-    torch_pin = (REPO / "requirements" / "torch.txt").read_text()
-    assert "torch==2.14.1" in torch_pin  # the build whose CUDA (13.0) the CUDA base matches
+    # The pinned torch's CUDA version, from the .venv, which holds that pin's PyPI wheel.
+    torch_pin = re.search(r"^torch==(\S+)", (REPO / "requirements" / "torch.txt").read_text(),
+                          re.MULTILINE)
+    assert torch_pin, "requirements/torch.txt pins no torch"
+    import torch
+
+    installed = torch.__version__.split("+")[0]
+    assert installed == torch_pin[1], (
+        f"the .venv holds torch {torch.__version__}, requirements/torch.txt pins "
+        f"{torch_pin[1]}: run scripts/setup")
+    if torch.version.cuda is None:
+        pytest.skip(f"torch {torch.__version__} here is a CPU-only build: its CUDA version, "
+                    "which the CUDA base image must match, is unknown")
+    assert base[1] == torch.version.cuda, (
+        f"torch {torch_pin[1]} is built for CUDA {torch.version.cuda}, the CUDA image's base "
+        f"for CUDA {base[1]}")
 
 
 def test_hadolint_passes_on_both_dockerfiles():
@@ -164,7 +179,8 @@ def image(engine) -> str:
             pytest.fail(f"{IMAGE_VAR}={name}: no such image; build it (scripts/ci-docker) or "
                         f"unset {IMAGE_VAR} to let the tests build one")
         return name
-    _docker("build", "-f", str(CPU_DOCKERFILE), "-t", SESSION_IMAGE, *_build_args(),
+    _docker("build", "-f", str(CPU_DOCKERFILE), "-t", SESSION_IMAGE,
+            "--build-arg", f"VERSION={__version__}", *_build_args(),
             str(REPO), timeout=BUILD_TIMEOUT_S, env=_legacy_builder_env())
     return SESSION_IMAGE
 
@@ -322,13 +338,13 @@ def test_environment_name(image, image_env, monkeypatch):
     for host in ("bench-host", "gpu_box.example.org"):
         monkeypatch.setattr(sysinfo.socket, "gethostname", lambda host=host: host)
         got = _run(image, *show, options=("--hostname", host)).stdout.strip()
-        assert got == sysinfo.default_env_name()
+        assert got == study.environment_name()
     monkeypatch.setattr(sysinfo.socket, "gethostname", lambda: "container")
-    assert _run(image, *show).stdout.strip() == sysinfo.default_env_name()
+    assert _run(image, *show).stdout.strip() == study.environment_name()
     odd = "registry.example.org:5000/team/Mnist Bench:v1.0+cuda"
     monkeypatch.setenv("MNISTBENCH_CONTAINER", odd)
     got = _run(image, *show, options=("-e", f"MNISTBENCH_CONTAINER={odd}")).stdout.strip()
-    assert got == sysinfo.default_env_name()
+    assert got == study.environment_name()
     assert _run(image, *show, options=("-e", "MNISTBENCH_ENV=mine")).stdout.strip() == "mine"
 
 
@@ -381,7 +397,7 @@ def test_study_in_container(image, ro_data, tmp_path, monkeypatch):
     monkeypatch.setenv("MNISTBENCH_CONTAINER", _image_name(image))
     monkeypatch.delenv("MNISTBENCH_ENV", raising=False)
     monkeypatch.setattr(sysinfo.socket, "gethostname", lambda: "study-host")
-    env = sysinfo.default_env_name()
+    env = study.environment_name()
     assert env.startswith("study-host-docker-")
     cell = results / "runs" / env / "convergence" / "cpu-fp32-resident-b128-r0"
     summary = json.loads((cell / schema.SUMMARY_FILE).read_text())
@@ -541,7 +557,7 @@ def test_workflow_docker_runner_matches_local_runner(image, ro_data, tmp_path):
         pytest.skip(f"{IMAGE_VAR} is set without {BUILD_ARGS_VAR}: the workflow's builds would "
                     "not come from the cache of that image")
     tags = {device: f"mnistbench:pytest-runner-{device}" for device in ("cpu", "cuda")}
-    host = sysinfo.safe_name(socket.gethostname().split(".")[0], default="host")
+    host = study.host_name()
     try:
         boxed = _snakemake_study(tmp_path / "docker", _runner_study(ro_data, tmp_path,
                                                                     "docker"))

@@ -468,26 +468,55 @@ def test_nvml_init_failure_leaves_gpu_columns_empty():
     assert mon.energy()["gpu_j"] is None
 
 
+def real_nvml_error() -> str | None:
+    """Why the real NVML cannot open CUDA device 0 here (no library, no driver, no device), in
+    the monitor's words; None when it can."""
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        monitor._cuda_to_nvml(pynvml, 0, None)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        pynvml.nvmlShutdown()
+    return None
+
+
 def test_real_pynvml_never_breaks_the_monitor():
-    """With the real pynvml, with or without a driver, the monitor runs and stops cleanly."""
-    pytest.importorskip("pynvml")
+    """With the real pynvml, with or without a driver, the monitor samples and stops cleanly,
+    and it opens the GPU exactly when NVML, asked directly, can."""
+    nvml_error = real_nvml_error()
     with ResourceMonitor(interval=0.05, gpu_index=0) as mon:
         time.sleep(0.06)
     assert len(mon.rows) >= 2
-    if mon.gpu_unavailable_reason is not None:  # no driver here: silent, empty GPU columns
-        assert mon.errors == [] and mon.gpu_energy_source is None
-        assert all(r[c] is None for r in mon.rows for c in GPU_COLUMNS)
+    assert not mon.running
+    assert (mon.gpu_unavailable_reason is None) == (nvml_error is None), (
+        mon.gpu_unavailable_reason, nvml_error)
+
+
+def test_real_pynvml_without_a_driver_leaves_gpu_columns_empty():
+    """Where the real NVML cannot open a GPU, the monitor records why, silently: no errors,
+    no energy source, empty GPU columns."""
+    nvml_error = real_nvml_error()
+    if nvml_error is None:
+        pytest.skip("NVML opens a GPU on this machine: test_real_nvml_reads_a_gpu covers it")
+    with ResourceMonitor(interval=0.05, gpu_index=0) as mon:
+        time.sleep(0.06)
+    assert mon.gpu_unavailable_reason == nvml_error
+    assert mon.errors == [] and mon.gpu_energy_source is None
+    assert all(r[c] is None for r in mon.rows for c in GPU_COLUMNS)
+    assert mon.energy()["gpu_j"] is None
 
 
 @pytest.mark.gpu
 def test_real_nvml_reads_a_gpu():
     """On a machine with an NVIDIA driver, the GPU columns fill and energy never decreases."""
-    pynvml = pytest.importorskip("pynvml")
-    try:
-        pynvml.nvmlInit()
-        pynvml.nvmlShutdown()
-    except pynvml.NVMLError as exc:
-        pytest.skip(f"no NVIDIA driver: {exc}")
+    nvml_error = real_nvml_error()
+    if nvml_error is not None:
+        pytest.skip(f"torch sees a GPU, but NVML cannot open it: {nvml_error}")
     with ResourceMonitor(interval=0.05, gpu_index=0) as mon:
         time.sleep(0.3)
     assert mon.gpu_unavailable_reason is None

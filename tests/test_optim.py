@@ -1,4 +1,5 @@
-"""Tests for mnistbench.optim: the fused Adam without torch.optim's start-up cost."""
+"""Tests for mnistbench.optim: the fused Adam without torch.optim's start-up cost, and the
+check of the private kernel it calls, with the fallback to torch.optim.Adam(fused=True)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import pytest
 import torch
 
+from mnistbench import optim
 from mnistbench.model import ReferenceNet
 from mnistbench.optim import FusedAdam
 
@@ -81,11 +83,101 @@ def test_rejects_bad_arguments() -> None:
 
 
 def test_does_not_import_dynamo() -> None:
-    """Building and stepping it leaves torch._dynamo unimported (the start-up saving)."""
-    code = ("import sys, torch; from mnistbench.optim import FusedAdam; "
-            "p = torch.nn.Parameter(torch.zeros(2)); o = FusedAdam([p]); "
+    """Checking the kernel, building and stepping it leave torch._dynamo unimported (the
+    start-up saving)."""
+    code = ("import sys, torch; from mnistbench.optim import FusedAdam, make_adam; "
+            "p = torch.nn.Parameter(torch.zeros(2)); o, impl = make_adam([p]); "
             "p.grad = torch.ones(2); o.step(); o.zero_grad(); "
-            "print('torch._dynamo' in sys.modules)")
+            "print('torch._dynamo' in sys.modules, type(o).__name__, impl.name)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.strip()
-    assert out == "False"
+                         check=True).stdout.split()
+    assert out == ["False", "FusedAdam", "torch._fused_adam_"]
+
+
+# --------------------------------------------------------------------------- kernel check
+
+
+@pytest.fixture
+def fresh_check():
+    """adam_impl() checks anew in the test, and the next user checks anew after it."""
+    optim.adam_impl.cache_clear()
+    yield
+    optim.adam_impl.cache_clear()
+
+
+def test_the_pinned_torch_passes_the_kernel_check(fresh_check) -> None:
+    """torch._fused_adam_ of the pinned torch passes: make_adam gives FusedAdam, no fallback.
+    (Failing here after a torch upgrade means cells now run the fallback: slower start-up.)"""
+    assert optim.check_private_kernel() is None
+    opt, impl = optim.make_adam([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    assert isinstance(opt, FusedAdam)
+    assert impl == optim.AdamImpl(optim.PRIVATE_KERNEL, None)
+    assert optim.adam_impl() is impl  # checked once per process
+
+
+def _kernel_without_max_exp_avg_sqs(self, grads, exp_avgs, exp_avg_sqs, state_steps, *, lr,
+                                    beta1, beta2, weight_decay, eps, amsgrad, maximize,
+                                    grad_scale=None, found_inf=None):
+    """A kernel whose signature has changed: one positional list fewer."""
+
+
+def _kernel_that_does_nothing(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                              state_steps, *, lr, beta1, beta2, weight_decay, eps, amsgrad,
+                              maximize, grad_scale=None, found_inf=None):
+    """The expected signature, but no update."""
+
+
+@pytest.mark.parametrize(("kernel", "why"), [
+    (None, "has no torch._fused_adam_"),
+    (_kernel_without_max_exp_avg_sqs, "rejects the expected call: TypeError"),
+    (_kernel_that_does_nothing, "unexpected first Adam step (exp_avg [0.0, 0.0, 0.0]"),
+])
+def test_an_unusable_kernel_falls_back_to_torch_optim(fresh_check, monkeypatch, kernel,
+                                                      why) -> None:
+    """Without torch._fused_adam_, with another signature or another update, the start-up
+    check picks torch.optim.Adam(fused=True) and says why; its training equals
+    torch.optim.Adam(fused=True)'s bit for bit and torch's default Adam's within rounding."""
+    with monkeypatch.context() as patch:
+        if kernel is None:
+            patch.delattr(torch, "_fused_adam_")
+        else:
+            patch.setattr(torch, "_fused_adam_", kernel)
+        impl = optim.adam_impl()
+    # torch.optim's own fused Adam calls the real kernel: here it is back, as a torch whose
+    # private kernel changed would still have a working torch.optim.
+    assert impl.name == optim.PUBLIC_FALLBACK
+    assert impl.fallback_reason is not None and why in impl.fallback_reason
+    opt, again = optim.make_adam([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    assert again is impl
+    assert isinstance(opt, torch.optim.Adam) and opt.defaults["fused"] is True
+    ours = _train(lambda p: optim.make_adam(p, lr=1e-3)[0])
+    fused = _train(lambda p: torch.optim.Adam(p, lr=1e-3, fused=True))
+    default = _train(lambda p: torch.optim.Adam(p, lr=1e-3))
+    for a, b, c in zip(ours, fused, default, strict=True):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-6)
+
+
+def test_the_fallback_state_round_trip_restores_the_trajectory(fresh_check,
+                                                                monkeypatch) -> None:
+    """The trainer's snapshot/restore (deep-copied state_dict, load_state_dict) works on the
+    fallback too: the steps after a restore repeat exactly."""
+    import copy
+
+    with monkeypatch.context() as patch:
+        patch.delattr(torch, "_fused_adam_")
+        assert optim.adam_impl().name == optim.PUBLIC_FALLBACK
+    p = torch.nn.Parameter(torch.randn(5, generator=torch.Generator().manual_seed(0)))
+    opt, _ = optim.make_adam([p], lr=1e-2)
+    p.grad = torch.ones(5)
+    opt.step()
+    saved_state, saved_p = copy.deepcopy(opt.state_dict()), p.detach().clone()
+    p.grad = torch.full((5,), 3.0)
+    opt.step()
+    after = p.detach().clone()
+    with torch.no_grad():
+        p.copy_(saved_p)
+    opt.load_state_dict(saved_state)
+    p.grad = torch.full((5,), 3.0)
+    opt.step()
+    assert torch.equal(p.detach(), after)

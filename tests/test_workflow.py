@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from fakes import make_study
 from snakemake.utils import validate
 
 from mnistbench import aggregate, cost, data, schema
@@ -151,11 +152,11 @@ def test_snakefmt_check_passes():
 
 
 def test_schema_defaults_are_the_reports_cost_model_and_shipped_configs_validate():
-    """An empty config gets the report's built-in cost model; config.yaml and quick.yaml
-    validate against the schema and their cost model passes the report's own check."""
+    """An empty config's cost resolves to the report's built-in cost model; config.yaml and
+    quick.yaml validate against the schema and their cost model passes the report's check."""
     empty: dict = {}
     validate(empty, str(CONFIG_SCHEMA))
-    assert empty["cost"] == cost.DEFAULT_MODEL
+    assert cost.resolve(empty["cost"]) == cost.DEFAULT_MODEL
     assert empty["experiments"]["sweep"]["precisions"] == ["fp32", "tf32", "bf16", "fp16"]
     for name in ("config.yaml", "quick.yaml"):
         config = yaml.safe_load((REPO / "config" / name).read_text())
@@ -221,6 +222,21 @@ def test_environment_name_is_reduced_to_safe_characters(tmp_path, tiny_mnist):
     proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1")
     assert proc.returncode == 0, proc.stdout
     assert {env for env, _, _ in planned_cells(proc.stdout)} == {"lab-box-1"}
+
+
+@pytest.mark.parametrize("folder", ["lab{gpu}", "a b"])
+def test_a_copied_environment_folder_with_unsafe_characters_is_named_with_the_fix(
+        tmp_path, tiny_mnist, folder):
+    """An environment folder copied into results/runs whose name holds { } or a space stops
+    the workflow with one paragraph naming the folder and a safe name (no WildcardError)."""
+    cell = tmp_path / "results" / "runs" / folder / "sweep" / "cpu-fp32-resident-b32-r0"
+    cell.mkdir(parents=True)
+    (cell / schema.SUMMARY_FILE).write_text("{}")
+    proc = snakemake(tmp_path, tiny_config(tiny_mnist, tmp_path), "--dry-run", "--cores", "1")
+    assert proc.returncode != 0
+    assert f"results/runs/{folder}: an environment folder" in proc.stdout
+    assert "Rename it" in proc.stdout
+    assert "WildcardError" not in proc.stdout and "Traceback" not in proc.stdout
 
 
 @pytest.mark.parametrize(
@@ -469,7 +485,100 @@ def test_fetch_rule_fills_data_dir_from_an_offline_mirror(tmp_path, real_mnist_m
     assert proc.returncode == 0, proc.stdout
     for name in data.FILES:
         assert data.md5_file(dest / name) == data.MD5[name]
-    assert (tmp_path / "results" / "logs" / "fetch.log").is_file()
+    for name in data.FILES:  # one job, and one log, per file
+        assert (tmp_path / "results" / "logs" / "fetch" / f"{name}.log").is_file()
+    assert not (dest / ".fetch").exists()  # nothing left staged
     config["mirrors"] = ["https://mirror.invalid/mnist/"]  # where from is not a rerun trigger
     proc = snakemake(tmp_path, config, "--cores", "1", *(str(dest / n) for n in data.FILES))
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout, proc.stdout
+
+
+# --------------------------------------------------------------------------- failures lose nothing
+TABLES = ("summary.csv", "epochs.csv", "resources.csv", "columns.csv")
+
+
+def fake_tiny_study(workdir: Path, env: str = ENV) -> None:
+    """Write finished cells of tiny_config's matrix under workdir/results/runs/``env``, as the
+    trainer writes them (tests/fakes.py), so the workflow has only the tables to make."""
+    make_study(workdir / "results" / "runs", envs=(env,), devices=("cpu",),
+               precisions=("fp32",), loaders=("resident",), batch_sizes=(32,), repeats=1)
+
+
+def data_with_one_file_missing(dest: Path, real_mnist: Path, missing: str) -> dict[str, int]:
+    """Copy the verified MNIST files but ``missing`` into ``dest``; return their mtimes (ns)."""
+    dest.mkdir(parents=True)
+    for name in data.FILES:
+        if name != missing:
+            shutil.copy2(real_mnist / name, dest / name)
+    return {name: (dest / name).stat().st_mtime_ns for name in data.FILES if name != missing}
+
+
+@pytest.mark.slow
+def test_failed_fetch_keeps_the_verified_data_files(tmp_path, real_mnist):
+    """A fetch that fails (one file missing, a broken mirror) leaves the three verified files
+    in data_dir untouched and logs the error in the missing file's fetch log."""
+    dest = tmp_path / "resources" / "mnist"
+    missing = "t10k-labels-idx1-ubyte"
+    kept = data_with_one_file_missing(dest, real_mnist, missing)
+    mirror = tmp_path / "broken-mirror"
+    mirror.mkdir()
+    (mirror / f"{missing}.gz").write_bytes(b"\x1f\x8bthis is not gzip data")
+    config = tiny_config(dest, tmp_path, mirrors=[str(mirror)])
+    proc = snakemake(tmp_path, config, "--cores", "2", *(str(dest / n) for n in data.FILES))
+    assert proc.returncode != 0, proc.stdout
+    assert not (dest / missing).exists()
+    assert {name: (dest / name).stat().st_mtime_ns for name in kept} == kept
+    for name in kept:
+        assert data.md5_file(dest / name) == data.MD5[name]
+    assert jobs_of_rule(proc.stdout, "fetch") == 1
+    log = (tmp_path / "results" / "logs" / "fetch" / f"{missing}.log").read_text()
+    assert "not valid gzip data" in log, log
+
+
+@pytest.mark.slow
+def test_fetch_rule_fetches_only_the_missing_file(tmp_path, real_mnist, real_mnist_mirror):
+    """With one MNIST file missing, one fetch job fetches it from the mirror and leaves the
+    other three files untouched and no staging folder behind."""
+    dest = tmp_path / "resources" / "mnist"
+    missing = "train-labels-idx1-ubyte"
+    kept = data_with_one_file_missing(dest, real_mnist, missing)
+    config = tiny_config(dest, tmp_path, mirrors=[str(real_mnist_mirror)])
+    proc = snakemake(tmp_path, config, "--cores", "2", *(str(dest / n) for n in data.FILES))
+    assert proc.returncode == 0, proc.stdout
+    assert jobs_of_rule(proc.stdout, "fetch") == 1
+    assert data.md5_file(dest / missing) == data.MD5[missing]
+    assert {name: (dest / name).stat().st_mtime_ns for name in kept} == kept
+    assert sorted(p.name for p in dest.iterdir()) == sorted(data.FILES)
+
+
+@pytest.mark.slow
+def test_failed_aggregate_keeps_the_last_good_tables(tmp_path, tiny_mnist):
+    """A truncated summary.json copied in from another machine fails the aggregate, the last
+    good results/*.csv stay byte for byte, the next run retries it, and a repaired copy merges.
+    """
+    config = tiny_config(tiny_mnist, tmp_path)
+    fake_tiny_study(tmp_path)
+    results = tmp_path / "results"
+    proc = snakemake(tmp_path, config, "--cores", "1", "results/summary.csv")
+    assert proc.returncode == 0, proc.stdout
+    assert jobs_of_rule(proc.stdout, "bench") == 0
+    good = {name: (results / name).read_bytes() for name in TABLES}
+    other = results / "runs" / "other-box"
+    fake_tiny_study(tmp_path, env=other.name)
+    broken = other / "sweep" / "cpu-fp32-resident-b32-r0" / schema.SUMMARY_FILE
+    whole = broken.read_bytes()
+    broken.write_bytes(whole[: len(whole) // 2])  # a copy cut short
+    proc = snakemake(tmp_path, config, "--cores", "1", "results/summary.csv")
+    assert proc.returncode != 0, proc.stdout
+    assert jobs_of_rule(proc.stdout, "aggregate") == 1
+    assert {name: (results / name).read_bytes() for name in TABLES} == good
+    assert "cannot read" in (results / "logs" / "aggregate.log").read_text()
+    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1", "results/summary.csv")
+    assert jobs_of_rule(proc.stdout, "aggregate") == 1, proc.stdout  # retried, not forgotten
+    broken.write_bytes(whole)
+    proc = snakemake(tmp_path, config, "--cores", "1", "results/summary.csv")
+    assert proc.returncode == 0, proc.stdout
+    envs = list(aggregate.load_tables(results).summary["env"])
+    assert envs.count(ENV) == envs.count(other.name) == 2
+    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1", "results/summary.csv")
+    assert "Nothing to be done" in proc.stdout, proc.stdout

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 from test_workflow import jobs_of_rule, planned_cells, snakemake, tiny_config
 
-from mnistbench import sysinfo
+from mnistbench import study
 
 
 def docker_config(data_dir: Path, workdir: Path, **overrides) -> dict:
@@ -52,7 +51,7 @@ def test_dry_run_plans_image_builds_and_cells_in_them(tmp_path, tiny_mnist):
     proc = snakemake(tmp_path, config, "--dry-run", "--printshellcmds", "--cores", "2",
                      env=env)
     assert proc.returncode == 0, proc.stdout
-    host = sysinfo.safe_name(socket.gethostname().split(".")[0], default="host")
+    host = study.host_name()
     assert planned_cells(proc.stdout) == {(f"{host}-docker", "sweep", f"{d}-fp32-resident-b32-r0")
                                           for d in ("cpu", "cuda")}
     assert jobs_of_rule(proc.stdout, "docker_image") == 2

@@ -37,9 +37,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import schema, sysinfo
+from . import __version__, options, schema, study, sysinfo
 from .atomic import write_json
-from .devices import GPU_NOTE_VAR
+from .devices import cuda_hidden
+from .envvars import GPU_NOTE_VAR, IMAGE_ID_VAR
 
 #: Seconds ``docker version`` may take before the engine counts as not answering.
 ENGINE_TIMEOUT_S = 20.0
@@ -114,10 +115,12 @@ def _option_build_args(options: Sequence[str]) -> set[str]:
 def resolved_build_args(tag: str, build_args: Mapping[str, str],
                         options: Sequence[str] = ()) -> dict[str, str]:
     """``build_args`` plus the image's bookkeeping arguments where neither they nor
-    ``options`` set them: ``IMAGE_NAME`` (the tag, recorded as ``env.container``), ``REVISION``
-    (the checkout's git revision, ``-dirty`` when modified) and ``CREATED`` (now, UTC)."""
+    ``options`` set them: ``IMAGE_NAME`` (the tag, recorded as ``env.container``), ``VERSION``
+    (the package's version, written once: ``mnistbench.__version__``), ``REVISION`` (the
+    checkout's git revision, ``-dirty`` when modified) and ``CREATED`` (now, UTC)."""
     given = set(build_args) | _option_build_args(options)
     defaults = {"IMAGE_NAME": tag,
+                "VERSION": __version__,
                 "REVISION": sysinfo.git_revision() or "unknown",
                 "CREATED": _utc_now()}
     return {**{k: v for k, v in defaults.items() if k not in given}, **dict(build_args)}
@@ -235,27 +238,16 @@ def _option_values(args: Sequence[str], name: str) -> list[str]:
     return values
 
 
-def _option_value(args: Sequence[str], name: str) -> str | None:
-    """The value of option ``name`` in ``args``, last one wins (None when absent)."""
-    values = _option_values(args, name)
-    return values[-1] if values else None
-
-
-def _replace_option(args: Sequence[str], name: str, value: str) -> list[str]:
-    """``args`` with every value of option ``name`` replaced by ``value``."""
-    out, skip = [], False
-    for i, arg in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        if arg == name and i + 1 < len(args):
-            out += [name, value]
-            skip = True
-        elif arg.startswith(name + "="):
-            out.append(f"{name}={value}")
-        else:
-            out.append(arg)
-    return out
+def _train_options(args: Sequence[str]):
+    """``train``'s options parsed by the CLI's own parser (mnistbench.options), or a
+    :class:`ContainerError` with argparse's message."""
+    parser = options.train_parser()
+    try:
+        return parser.parse_args(args)
+    except SystemExit:  # argparse has printed the usage and its message to stderr
+        raise ContainerError(
+            f"the train command {shlex.join(['train', *args])} is not valid (argparse's message "
+            "above); `mnistbench train --help` lists every option.") from None
 
 
 def _mount(source: Path, target: str, readonly: bool) -> list[str]:
@@ -273,21 +265,16 @@ def gpu_request(device: str) -> str | None:
     """The ``--gpus`` value of a cell: None for cpu; for cuda ``all``, or the devices in
     ``$CUDA_VISIBLE_DEVICES`` when it is set (None when it hides every GPU, as it would for a
     local run)."""
-    if device != "cuda":
+    if device != "cuda" or cuda_hidden():
         return None
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return "all"
-    visible = visible.strip()
-    if visible in ("", "-1"):
-        return None
-    return f'"device={visible}"'
+    return "all" if visible is None else f'"device={visible.strip()}"'
 
 
 def container_name(out: Path) -> str:
     """A container name unique to the cell's output folder: ``mnistbench-<cell>-<hash>``."""
     digest = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:10]
-    return f"mnistbench-{sysinfo.safe_name(out.name, default='cell')[:60]}-{digest}"
+    return f"mnistbench-{study.safe_name(out.name, default='cell')[:60]}-{digest}"
 
 
 def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = "results",
@@ -304,10 +291,8 @@ def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = 
     if not args or args[0] != "train":
         raise ContainerError("mnistbench docker run runs one cell: the command after `--` must "
                              f"be `train ...`, got {shlex.join(args) or 'nothing'}.")
-    data, out = _option_value(args, "--data"), _option_value(args, "--out")
-    if not data or not out:
-        raise ContainerError("the train command needs --data (the folder mounted read-only) "
-                             "and --out (a folder under the results folder) for docker run.")
+    parsed = _train_options(args[1:])
+    data, out = parsed.data, parsed.out
     data_dir, out_dir = Path(data).resolve(), Path(out).resolve()
     results = Path(results_dir).resolve()
     if not data_dir.is_dir():
@@ -322,9 +307,9 @@ def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = 
         raise ContainerError(f"--out {out} is not inside the results folder {results_dir}, the "
                              "only host folder the container writes to; give an --out under "
                              "it or another --results.") from None
-    args = _replace_option(args, "--data", DATA_MOUNT)
-    args = _replace_option(args, "--out", f"{RESULTS_MOUNT}/{inside.as_posix()}".rstrip("/."))
-    device = _option_value(args, "--device") or "cpu"
+    # The container's paths, given last: argparse takes the last value of an option.
+    args += ["--data", DATA_MOUNT, "--out", f"{RESULTS_MOUNT}/{inside.as_posix()}".rstrip("/.")]
+    device = parsed.device
     request = gpu_request(device) if gpus else None
     command = [docker, "run", "--rm", "--name", container_name(out_dir),
                "--label", f"{CELL_LABEL}={out_dir}",
@@ -334,7 +319,7 @@ def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = 
         command += ["--gpus", request]
     command += _mount(results, RESULTS_MOUNT, readonly=False)
     command += _mount(data_dir, DATA_MOUNT, readonly=True)
-    command += ["-e", f"{sysinfo.IMAGE_ID_VAR}={record['image_id']}"]
+    command += ["-e", f"{IMAGE_ID_VAR}={record['image_id']}"]
     if gpu_note:
         command += ["-e", f"{GPU_NOTE_VAR}={gpu_note}"]
     return [*command, *run_options, str(record["image_id"]), "mnistbench", *args]

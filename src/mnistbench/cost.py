@@ -1,7 +1,9 @@
 """What a training run costs on each device, and when a GPU pays for itself.
 
-The cost model is a YAML or JSON document (:data:`DEFAULT_MODEL` is the built-in one; the
-workflow's config.yaml mirrors it)::
+The cost model is a YAML or JSON document, defined once (keys, units, allowed values and
+defaults) in ``cost_model.schema.yaml`` beside this module: :data:`DEFAULT_MODEL` is its
+defaults, :func:`validate` checks a document against it and fills the keys left out, and the
+workflow's config schema takes it as its ``cost`` key::
 
     currency: EUR              # printed after every amount
     price_per_kwh: 0.30        # currency per kWh of electricity
@@ -51,53 +53,80 @@ Every figure carries its basis: ``measured`` (clocks and counters of the study),
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 MEASURED = "measured"
 ASSUMED = "assumed"
 MIXED = "mixed"
 
+#: The cost model's JSON schema (YAML), the one definition of its keys and defaults.
+SCHEMA: dict = yaml.safe_load(
+    resources.files(__package__).joinpath("cost_model.schema.yaml").read_text(encoding="utf-8"))
+COST_DEVICES = tuple(SCHEMA["properties"]["devices"]["properties"])
+#: key -> meaning (with its unit), from the schema's descriptions, for the report.
+TOP_KEYS: dict[str, str] = {key: " ".join(spec["description"].split())
+                            for key, spec in SCHEMA["properties"].items()}
 DEVICE_KEYS: dict[str, str] = {
-    "system_power_w": "W, whole-system wall power while training when no energy was measured",
-    "unmeasured_power_w": "W, power of what the energy counters do not see, added to them",
-    "hardware_price": "currency, price of the machine a run on this device occupies",
-    "life_years": "years over which the hardware is written off",
-    "hours_per_year": "hours of use per year",
-}
-TOP_KEYS: dict[str, str] = {
-    "currency": "currency name printed after amounts, e.g. EUR",
-    "price_per_kwh": "currency per kWh of electricity",
-    "runs": "N, the number of runs of the 'N runs' column",
-    "wait_value_per_hour": "currency per hour of waiting for a result (0: time is free)",
-    "target_accuracy": "%, test accuracy of the 'cost to reach the target' column",
-    "devices": "per device (cpu, cuda): " + ", ".join(DEVICE_KEYS),
-}
-COST_DEVICES = ("cpu", "cuda")
+    key: " ".join(spec["description"].split()).replace(" on cpu", "")
+    for key, spec in SCHEMA["properties"]["devices"]["properties"]["cpu"]["properties"].items()}
 
-#: The built-in cost model: an i7-12700K desktop, and the same desktop with an RTX 4090.
-DEFAULT_MODEL: dict = {
-    "currency": "EUR",
-    "price_per_kwh": 0.30,
-    "runs": 100,
-    "wait_value_per_hour": 20.0,
-    "target_accuracy": 98.0,
-    "devices": {
-        "cpu": {"system_power_w": 180.0, "unmeasured_power_w": 60.0,
-                "hardware_price": 1200.0, "life_years": 4.0, "hours_per_year": 2000.0},
-        "cuda": {"system_power_w": 600.0, "unmeasured_power_w": 120.0,
-                 "hardware_price": 3000.0, "life_years": 4.0, "hours_per_year": 2000.0},
-    },
-}
+
+def _validator():
+    """A validator of :data:`SCHEMA` that also fills every default it passes."""
+    from jsonschema import Draft202012Validator, validators
+
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def fill_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, spec in properties.items():
+                if "default" in spec:
+                    instance.setdefault(name, copy.deepcopy(spec["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    return validators.extend(Draft202012Validator, {"properties": fill_defaults})(SCHEMA)
+
+
+def resolve(data: object, source: str = "built-in default") -> dict:
+    """``data`` checked against :data:`SCHEMA`, with every key left out set to its default
+    (a new dict); :class:`CostError` names the first bad key, what it must be and the fix."""
+    from jsonschema.exceptions import best_match
+
+    if not isinstance(data, Mapping):
+        raise CostError(f"cost model {source}: must be a mapping with the keys "
+                        f"{', '.join(TOP_KEYS)}, got {type(data).__name__} (see docs/report.md "
+                        "for a complete model to start from).")
+    filled = copy.deepcopy(dict(data))
+    error = best_match(_validator().iter_errors(filled))
+    if error is not None:
+        key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+        wanted = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
+        if error.validator == "additionalProperties":
+            allowed = error.schema.get("properties", {})
+            wanted = f"allowed keys: {', '.join(allowed)}"
+        raise CostError(
+            f"cost model {source}: key {key}: {error.message}"
+            + (f" (expected: {' '.join(wanted.split())})" if wanted else "")
+            + ". Fix that key (docs/report.md describes the model).")
+    return filled
 
 
 class CostError(ValueError):
     """The cost model file is missing or invalid; the message names the key and the fix."""
+
+
+#: The built-in cost model: every default of :data:`SCHEMA` (an i7-12700K desktop, and the
+#: same desktop with an RTX 4090).
+DEFAULT_MODEL: dict = resolve({})
 
 
 @dataclass(frozen=True)
@@ -137,90 +166,18 @@ class CostModel:
         return rows
 
 
-def _number(value: object, where: str, source: str, *, minimum: float = 0.0,
-            strict: bool = False, maximum: float | None = None) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        value = float(value)
-        ok = math.isfinite(value) and (value > minimum if strict else value >= minimum)
-        ok = ok and (maximum is None or value <= maximum)
-    if not ok:
-        bound = f"{'>' if strict else '>='} {minimum:g}"
-        if maximum is not None:
-            bound += f" and <= {maximum:g}"
-        raise CostError(f"cost model {source}: {where} must be a number {bound}, got "
-                        f"{value!r}. Fix that key (see docs/report.md for the model).")
-    return float(value)
-
-
 def validate(data: object, source: str = "built-in default") -> CostModel:
-    """Check a parsed cost model document and return it as a :class:`CostModel`; raise
-    :class:`CostError` naming the first bad or missing key and the allowed values."""
-    def fail(message: str) -> CostError:
-        return CostError(f"cost model {source}: {message} (see docs/report.md for a complete "
-                         "model to start from).")
-
-    if not isinstance(data, Mapping):
-        raise fail(f"must be a mapping with the keys {', '.join(TOP_KEYS)}, got "
-                   f"{type(data).__name__}")
-    unknown = sorted(set(map(str, data)) - set(TOP_KEYS))
-    if unknown:
-        raise fail(f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(TOP_KEYS)}")
-    missing = [k for k in TOP_KEYS if k not in data]
-    if missing:
-        raise fail(f"missing key(s) {', '.join(missing)}; required: "
-                   + "; ".join(f"{k} ({TOP_KEYS[k]})" for k in missing))
-    currency = data["currency"]
-    if not isinstance(currency, str) or not currency.strip() or len(currency) > 12:
-        raise fail(f"currency must be a short non-empty text such as EUR or USD, got "
-                   f"{currency!r}")
-    runs = data["runs"]
-    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-        raise fail(f"runs must be a whole number >= 1, got {runs!r}")
-    devices = data["devices"]
-    if not isinstance(devices, Mapping):
-        raise fail(f"devices must be a mapping with the keys {', '.join(COST_DEVICES)}")
-    unknown = sorted(set(map(str, devices)) - set(COST_DEVICES))
-    missing = [d for d in COST_DEVICES if d not in devices]
-    if unknown or missing:
-        raise fail(f"devices has unknown {', '.join(unknown) or '-'} / missing "
-                   f"{', '.join(missing) or '-'}; allowed and required: "
-                   f"{', '.join(COST_DEVICES)}")
-    parsed: dict[str, DeviceCost] = {}
-    for device in COST_DEVICES:
-        block = devices[device]
-        if not isinstance(block, Mapping):
-            raise fail(f"devices.{device} must be a mapping with the keys "
-                       f"{', '.join(DEVICE_KEYS)}")
-        unknown = sorted(set(map(str, block)) - set(DEVICE_KEYS))
-        if unknown:
-            raise fail(f"unknown key(s) devices.{device}.{', '.join(unknown)}; allowed: "
-                       f"{', '.join(DEVICE_KEYS)}")
-        absent = [k for k in DEVICE_KEYS if k not in block]
-        if absent:
-            raise fail("missing key(s) " + ", ".join(f"devices.{device}.{k}" for k in absent)
-                       + "; required: " + "; ".join(f"{k} ({DEVICE_KEYS[k]})"
-                                                      for k in absent))
-        where = f"devices.{device}."
-        parsed[device] = DeviceCost(
-            system_power_w=_number(block["system_power_w"], where + "system_power_w", source,
-                                   strict=True),
-            unmeasured_power_w=_number(block["unmeasured_power_w"],
-                                       where + "unmeasured_power_w", source),
-            hardware_price=_number(block["hardware_price"], where + "hardware_price", source),
-            life_years=_number(block["life_years"], where + "life_years", source, strict=True),
-            hours_per_year=_number(block["hours_per_year"], where + "hours_per_year", source,
-                                   strict=True, maximum=8784.0),
-        )
+    """Check a parsed cost model document (keys left out take their defaults) and return it as
+    a :class:`CostModel`; raise :class:`CostError` naming the first bad key."""
+    model = resolve(data, source)
     return CostModel(
-        currency=currency.strip(),
-        price_per_kwh=_number(data["price_per_kwh"], "price_per_kwh", source),
-        runs=runs,
-        wait_value_per_hour=_number(data["wait_value_per_hour"], "wait_value_per_hour",
-                                    source),
-        target_accuracy=_number(data["target_accuracy"], "target_accuracy", source,
-                                strict=True, maximum=100.0),
-        devices=parsed,
+        currency=model["currency"].strip(),
+        price_per_kwh=float(model["price_per_kwh"]),
+        runs=int(model["runs"]),
+        wait_value_per_hour=float(model["wait_value_per_hour"]),
+        target_accuracy=float(model["target_accuracy"]),
+        devices={device: DeviceCost(**{k: float(v) for k, v in model["devices"][device].items()})
+                 for device in COST_DEVICES},
         source=source,
     )
 

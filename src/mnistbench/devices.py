@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
+from pathlib import Path
+
+from .envvars import GPU_NOTE_VAR
 
 DEVICES = ("cpu", "cuda")
 LOADERS = ("dataloader", "resident")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
-#: Environment variable with why the process was started without a GPU (set by the docker
-#: runner, mnistbench.container, when Docker could not give the container one); appended to the
-#: reason of a cuda cell that finds no GPU.
-GPU_NOTE_VAR = "MNISTBENCH_GPU_NOTE"
 
 #: device -> precisions it supports.
 SUPPORTED: dict[str, tuple[str, ...]] = {
@@ -55,6 +56,32 @@ def check_combination(device: str, precision: str, loader: str) -> None:
 def is_supported(device: str, precision: str) -> bool:
     """Whether ``precision`` runs on ``device`` (used to build the study's matrix)."""
     return precision in SUPPORTED.get(device, ())
+
+
+def cuda_hidden() -> bool:
+    """Whether $CUDA_VISIBLE_DEVICES hides every GPU ("" or -1), as CUDA itself reads it."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return visible is not None and visible.strip() in ("", "-1")
+
+
+def nvidia_gpu_visible() -> bool:
+    """Whether this machine shows an NVIDIA GPU, found without importing torch (~3 s): the
+    driver's /proc entries, else `nvidia-smi -L`; False when CUDA_VISIBLE_DEVICES hides it.
+    The workflow's ``devices: auto`` asks this when it builds the matrix."""
+    if cuda_hidden():
+        return False
+    gpus = Path(os.sep, "proc", "driver", "nvidia", "gpus")
+    if gpus.is_dir() and any(gpus.iterdir()):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20,
+                             check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
 
 
 def available_devices() -> list[str]:

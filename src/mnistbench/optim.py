@@ -8,13 +8,94 @@ same state layout (float32 ``step`` tensors on the parameter's device), so the u
 bit-identical to ``torch.optim.Adam(fused=True)``; the tests check it. It supports what the
 study needs: one parameter group, no weight decay, no amsgrad, ``GradScaler`` (through
 ``param_groups``, as ``GradScaler.unscale_`` expects), and state save/restore.
+
+``torch._fused_adam_`` is private: a torch release may drop or change it without notice. So
+:func:`make_adam`, the trainer's way in, first checks it once per process
+(:func:`adam_impl`): that it exists and takes :class:`FusedAdam`'s call, by one step on a tiny
+CPU tensor compared with Adam's closed form. If not, it falls back to
+``torch.optim.Adam(fused=True)`` (the same update, plus the start-up cost) and says why, for the
+cell's summary.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
+
+#: The Adam implementations :func:`make_adam` chooses from, as a summary records them.
+PRIVATE_KERNEL = "torch._fused_adam_"
+PUBLIC_FALLBACK = "torch.optim.Adam(fused=True)"
+
+
+def _fused_adam_step(params: list[torch.Tensor], grads: list[torch.Tensor],
+                     exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
+                     steps: list[torch.Tensor], lr: float, beta1: float, beta2: float,
+                     eps: float) -> None:
+    """The one call of the private kernel (looked up now, so a test can replace it): what
+    :meth:`FusedAdam.step` runs and :func:`check_private_kernel` checks."""
+    torch._fused_adam_(
+        params, grads, exp_avgs, exp_avg_sqs, [], steps,
+        lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,
+        amsgrad=False, maximize=False, grad_scale=None, found_inf=None)
+
+
+def check_private_kernel() -> str | None:
+    """Why ``torch._fused_adam_`` cannot serve :class:`FusedAdam` here, or None when it can.
+
+    It must exist, accept :class:`FusedAdam`'s call (the positional lists and keywords of
+    ``aten::_fused_adam_``), and give Adam's first step: ``m = (1 - b1) g``,
+    ``v = (1 - b2) g^2``, ``p -= lr g / (|g| + eps)``, on a 3-element float32 CPU tensor."""
+    if not callable(getattr(torch, "_fused_adam_", None)):
+        return f"torch {torch.__version__} has no torch._fused_adam_"
+    lr, beta1, beta2, eps = 0.1, 0.9, 0.999, 1e-8
+    p = torch.tensor([1.0, -1.0, 0.5])
+    g = torch.tensor([0.5, -2.0, 1e-3])
+    m, v, step = torch.zeros(3), torch.zeros(3), torch.ones((), dtype=torch.float32)
+    expect_p = p - lr * g / (g.abs() + eps)
+    try:
+        _fused_adam_step([p], [g], [m], [v], [step], lr, beta1, beta2, eps)
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        return (f"torch._fused_adam_ of torch {torch.__version__} rejects the expected call: "
+                f"{type(exc).__name__}: {first_line}")
+    expected = {"exp_avg": (m, (1 - beta1) * g), "exp_avg_sq": (v, (1 - beta2) * g * g),
+                "param": (p, expect_p)}
+    for name, (got, want) in expected.items():
+        if not torch.allclose(got, want, rtol=1e-5, atol=1e-7):
+            return (f"torch._fused_adam_ of torch {torch.__version__} gave an unexpected first "
+                    f"Adam step ({name} {got.tolist()}, expected {want.tolist()})")
+    return None
+
+
+@dataclass(frozen=True)
+class AdamImpl:
+    """Which Adam a process uses: :data:`PRIVATE_KERNEL` (:class:`FusedAdam`) or
+    :data:`PUBLIC_FALLBACK`, and, for the fallback, why the private kernel was not usable."""
+
+    name: str
+    fallback_reason: str | None = None
+
+
+@functools.cache
+def adam_impl() -> AdamImpl:
+    """The Adam of this process, checked once (:func:`check_private_kernel`) and cached."""
+    reason = check_private_kernel()
+    return AdamImpl(PRIVATE_KERNEL) if reason is None else AdamImpl(PUBLIC_FALLBACK, reason)
+
+
+def make_adam(params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
+              ) -> tuple[FusedAdam | torch.optim.Adam, AdamImpl]:
+    """The study's Adam for ``params`` and which implementation it is: :class:`FusedAdam`
+    where the private kernel passes its check, else ``torch.optim.Adam(fused=True)``. Both
+    offer what the trainer uses: ``step``, ``zero_grad``, ``param_groups`` (GradScaler) and a
+    ``state_dict`` / ``load_state_dict`` round trip."""
+    impl = adam_impl()
+    if impl.name == PRIVATE_KERNEL:
+        return FusedAdam(params, lr=lr), impl
+    return torch.optim.Adam(params, lr=lr, fused=True), impl
 
 
 class FusedAdam:
@@ -55,11 +136,9 @@ class FusedAdam:
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
         beta1, beta2 = group["betas"]
-        torch._fused_adam_(
-            params, [p.grad for p in params], [s["exp_avg"] for s in states],
-            [s["exp_avg_sq"] for s in states], [], steps,
-            lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"],
-            amsgrad=False, maximize=False, grad_scale=None, found_inf=None)
+        _fused_adam_step(params, [p.grad for p in params], [s["exp_avg"] for s in states],
+                         [s["exp_avg_sq"] for s in states], steps,
+                         lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"])
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop the gradients (set_to_none is the only mode, as the study uses)."""

@@ -24,7 +24,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
 from . import schema, stats
-from .aggregate import blog_cells
+from .blog import blog_cells
 
 DPI = 100  # pixels per inch of the PNGs
 WIDTH = 11.0  # inches: 1100 px, the report's content width

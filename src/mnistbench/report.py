@@ -15,35 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import __version__, aggregate, atomic, cost, schema, stats
-
-#: The blog's own figures (another machine: not measured by this study).
-BLOG = {
-    "cpu": "Intel Core i7-12700K",
-    "gpu": "NVIDIA GeForce RTX 4090",
-    "cpu_epoch_s": 58.7,
-    "gpu_epoch_s": 5.2,
-    "speedup": 11.3,
-}
-
-MODEL_NOTE = (
-    "The blog's printed forward() applies max-pooling twice (after each convolution), which "
-    "contradicts its own fc1 = Linear(9216, 128): pooled twice, a 28x28 image flattens to "
-    "5x5x64 = 1600 features and the code fails; with one 2x2 max-pool after both 3x3 "
-    "convolutions it is 12x12x64 = 9216. This study therefore "
-    "trains the pytorch/examples MNIST network that those layer sizes describe: "
-    "conv(1→32, 3x3) → ReLU → conv(32→64, 3x3) → ReLU → max-pool 2x2 → flatten (9216) → "
-    "dropout 0.5 → fc(9216→128) → ReLU → fc(128→10), cross-entropy loss, Adam with learning "
-    "rate 1e-3.")
-
-WARMUP_NOTE = (
-    "Before the first timed epoch each cell runs a few untimed warm-up steps (params "
-    "warmup_steps) on the real model and data, then restores the model and optimizer state "
-    "from a copy taken before, so the timed trajectory is the same as without warm-up. "
-    "One-time costs (CUDA context, cuDNN autotuning, compilation, first-touch allocation) "
-    "land in the warm-up and are reported separately as warmup_s; start-up (startup_s) and "
-    "data loading (data_load_s) are likewise outside the timed epochs. Epoch times are wall "
-    "times of train + test-set evaluation; on CUDA every phase boundary is synchronised.")
+from . import __version__, aggregate, atomic, blog, cost, schema, stats
 
 
 class ReportError(Exception):
@@ -147,7 +119,7 @@ def _hardware(summary, env: str, device: str) -> str:
 
 
 def _headline(summary):
-    cells, source = aggregate.blog_cells(summary)
+    cells, source = blog.blog_cells(summary)
     rows, notes = [], []
     for (env, device, loader), group in cells.groupby(["env", "device", "loader"], sort=True):
         epoch = stats.median_ci(_col(group, "epoch_s_median"))
@@ -198,7 +170,7 @@ def _headline(summary):
 
 
 def _time_table(summary):
-    cells, _ = aggregate.blog_cells(summary)
+    cells, _ = blog.blog_cells(summary)
     rows = []
     for (env, device, loader), group in cells.groupby(["env", "device", "loader"], sort=True):
         speed = "–"
@@ -222,7 +194,7 @@ def _time_table(summary):
 
 
 def _loader_contrast(summary):
-    cells, _ = aggregate.blog_cells(summary)
+    cells, _ = blog.blog_cells(summary)
     rows = []
     for (env, device), group in cells.groupby(["env", "device"], sort=True):
         by_loader = {loader: g for loader, g in group.groupby("loader")}
@@ -287,7 +259,7 @@ def _cpu_power(cells) -> list[float]:
 
 
 def _resource_rows(summary):
-    cells, _ = aggregate.blog_cells(summary)
+    cells, _ = blog.blog_cells(summary)
     rows = []
     for (env, device, loader), group in cells.groupby(["env", "device", "loader"], sort=True):
         def med(column, unit, digits=3, group=group):
@@ -446,11 +418,11 @@ def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: s
         "headline_source": headline_source,
         "headline_settings": headline_settings,
         "headline_epochs": headline_epochs,
-        "blog_cpu": BLOG["cpu"],
-        "blog_gpu": BLOG["gpu"],
-        "blog_cpu_epoch": seconds(BLOG["cpu_epoch_s"]),
-        "blog_gpu_epoch": seconds(BLOG["gpu_epoch_s"]),
-        "blog_speedup": num(BLOG["speedup"], 3, "×"),
+        "blog_cpu": blog.BLOG["cpu"],
+        "blog_gpu": blog.BLOG["gpu"],
+        "blog_cpu_epoch": seconds(blog.BLOG["cpu_epoch_s"]),
+        "blog_gpu_epoch": seconds(blog.BLOG["gpu_epoch_s"]),
+        "blog_speedup": num(blog.BLOG["speedup"], 3, "×"),
         "time_rows": _time_table(summary),
         "loader_rows": _loader_contrast(summary),
         "best_rows": _best_throughput(summary),
@@ -477,28 +449,9 @@ def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: s
         "env_rows": _env_table(summary, envs),
         "settings": _settings(summary),
         "columns": aggregate.column_rows(),
-        "stats_median": (
-            "Each repeat is one observation (its median epoch time or total time); epochs "
-            "within a run are not pooled. Medians carry a distribution-free order-statistic "
-            "(binomial) interval [x(k), x(n−k+1)], with k the largest index whose coverage "
-            "1 − 2·P(Binomial(n, ½) ≤ k−1) is at least 95 %. Below 6 repeats no such interval "
-            "reaches 95 %: the report then shows min–max with its true coverage (3 repeats: "
-            "75 %). One repeat has no interval."),
-        "stats_ratio": (
-            f"A speed-up is the ratio of the CPU's median to the GPU's. Its 95 % interval is a "
-            f"percentile bootstrap: both sides resampled independently with replacement, "
-            f"{stats.N_BOOT:,} times (charts: 2,000), fixed seed {stats.SEED}, and the 2.5 "
-            f"and 97.5 percentiles of the resampled ratio taken. It needs 2 or more repeats "
-            f"on each side."),
-        "warmup_note": WARMUP_NOTE,
-        "model_note": MODEL_NOTE,
-        "energy_note": (
-            "Energy per run: where counters were read, their average power over the timed "
-            "epochs (GPU board by NVML for cuda runs, plus the CPU package by RAPL where "
-            "present; CPU package for cpu runs) plus the model's unmeasured_power_w for what "
-            "they do not see (mainboard, RAM, fans, PSU losses, and the CPU when RAPL is "
-            "absent), times the run's wall time; otherwise the model's system_power_w times "
-            "the run time."),
+        # The methodology's prose lives in the template; only its numbers come from here.
+        "boot_resamples": f"{stats.N_BOOT:,}",
+        "boot_seed": str(stats.SEED),
     }
 
 

@@ -7,7 +7,7 @@ driver) are looked up once and cached; environment variables are read on every c
 
 Environment variables read:
 
-- ``MNISTBENCH_ENV``: the environment name (:func:`default_env_name`).
+- ``MNISTBENCH_ENV``: the environment name (:func:`mnistbench.study.environment_name`).
 - ``MNISTBENCH_CONTAINER``: image name, set when the container image is built.
 - ``MNISTBENCH_CONTAINER_IMAGE_ID``: image ID (``sha256:...``), set by the workflow's docker
   runner (:mod:`mnistbench.container`) for each cell it starts.
@@ -26,70 +26,19 @@ import platform
 import re
 import socket
 import subprocess
-import unicodedata
 from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .forkserver import LAUNCH_ENV
+from .envvars import CONTAINER_VAR, GIT_REVISION_VAR, IMAGE_ID_VAR, LAUNCH_VAR
 from .schema import ENV_FIELDS
-
-ENV_NAME_VAR = "MNISTBENCH_ENV"
-CONTAINER_VAR = "MNISTBENCH_CONTAINER"
-IMAGE_ID_VAR = "MNISTBENCH_CONTAINER_IMAGE_ID"
-GIT_REVISION_VAR = "MNISTBENCH_GIT_REVISION"
 
 #: Seconds each git command may take before the revision is treated as unknown.
 GIT_TIMEOUT_S = 2.0
 
-#: Longest name :func:`safe_name` returns, in characters.
-MAX_NAME_LEN = 100
-
 #: ENV_FIELDS holding numbers; unknown ones are None, unknown text fields are "".
 NUMERIC_FIELDS = frozenset({"cpu_cores_logical", "cpu_cores_physical", "torch_threads",
                             "memory_gb", "gpu_count", "gpu_memory_gb"})
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def safe_name(text: object, default: str = "unknown") -> str:
-    """``text`` as a file-system-safe name: only ``[A-Za-z0-9._-]``, accents folded to ASCII,
-    every other run of characters (spaces, slashes, ``:``) replaced by one ``-``, no leading or
-    trailing ``.``/``-``/``_`` (so never ``.``, ``..`` or a hidden name), at most
-    :data:`MAX_NAME_LEN` characters; ``default`` when nothing is left."""
-    folded = unicodedata.normalize("NFKD", str(text)).encode("ascii", "ignore").decode("ascii")
-    name = _UNSAFE.sub("-", folded)
-    name = re.sub(r"-{2,}", "-", name).strip("._-")[:MAX_NAME_LEN].strip("._-")
-    return name or default
-
-
-def _runtime() -> str:
-    """How the process runs: ``apptainer``, ``docker`` (any OCI container started from an image
-    that sets ``MNISTBENCH_CONTAINER``) or ``local``."""
-    if os.environ.get("APPTAINER_CONTAINER") or os.environ.get("SINGULARITY_CONTAINER"):
-        return "apptainer"
-    if os.environ.get(CONTAINER_VAR):
-        return "docker"
-    return "local"
-
-
-def default_env_name(runtime: str | None = None) -> str:
-    """The environment name recorded with every cell: ``$MNISTBENCH_ENV`` when set, else the
-    short host name and the runtime, e.g. ``myhost-local`` or ``myhost-docker-mnistbench-cpu``
-    (image ``mnistbench:cpu``, registry path dropped); always passed through
-    :func:`safe_name`. ``runtime`` (``local``, ``docker``, ``apptainer``) names the runtime of
-    the cells instead of this process's own: the workflow's docker runner passes ``docker``
-    (``myhost-docker``; its cells run in one image per device)."""
-    explicit = os.environ.get(ENV_NAME_VAR, "").strip()
-    if explicit:
-        return safe_name(explicit)
-    host = safe_name(socket.gethostname().split(".")[0], default="host")
-    runtime = runtime or _runtime()
-    if runtime == "local":
-        return f"{host}-local"
-    image = os.environ.get(CONTAINER_VAR, "").strip().rsplit("/", 1)[-1]
-    parts = [host, runtime] + ([safe_name(image)] if image else [])
-    return safe_name("-".join(parts))
 
 
 def _run_git(args: list[str], cwd: Path) -> str | None:
@@ -234,7 +183,7 @@ def capture() -> dict[str, Any]:
         "slurm_job_id": env.get("SLURM_JOB_ID", ""),
         "slurm_partition": env.get("SLURM_JOB_PARTITION", ""),
         "slurm_node": env.get("SLURMD_NODENAME", ""),
-        "launch": env.get(LAUNCH_ENV) or "exec",
+        "launch": env.get(LAUNCH_VAR) or "exec",
     }
     info.update(_safe(_torch_fields, {}))
     info.update(_safe(_psutil_fields, {}))

@@ -1,7 +1,7 @@
 # SLURM (config executor: slurm, which profiles/slurm sets; docs/slurm.md). Each timed cell is
 # a SLURM job of snakemake-executor-plugin-slurm on a node of its partition. Every partition is
 # a node type: its cells get their own {env} (results/runs/{env}/...), so the aggregate and the
-# report compare node types side by side. Included by common.smk before the matrix is built;
+# report compare node types side by side. Included by the Snakefile before the matrix is built;
 # everything here runs when Snakemake builds the DAG, in the main process and again inside
 # every SLURM job, so it depends on the config only (never on the host it runs on).
 import functools
@@ -28,20 +28,13 @@ def slurm_node_type(partition):
 
 def slurm_env_name(partition):
     """{env} of the cells of ``partition``: slurm.node_types.<partition>.name, else config env
-    (or "slurm") and the partition, e.g. slurm-gpu-a100 ("default": the default partition).
-    """
-    wanted = slurm_node_type(partition).get("name", "").strip()
-    if wanted:
-        name = sysinfo.safe_name(wanted, default="")
-        if not name:
-            raise WorkflowError(
-                f"invalid config key slurm.node_types.{partition}.name: {wanted!r} has none "
-                "of the characters A-Z a-z 0-9 . _ - that a folder under results/runs may "
-                "use. Give a name such as 'lab-a100', or leave it out for slurm-<partition>."
-            )
-        return name
-    prefix = sysinfo.safe_name(config["env"], default="") or "slurm"
-    return sysinfo.safe_name(f"{prefix}-{partition or 'default'}")
+    (or "slurm") and the partition, e.g. slurm-gpu-a100 (mnistbench.study)."""
+    try:
+        return study.partition_env_name(
+            partition, slurm_node_type(partition).get("name", ""), config["env"]
+        )
+    except study.StudyError as exc:
+        raise WorkflowError(str(exc)) from None
 
 
 def slurm_cell_envs(device):
@@ -108,12 +101,12 @@ def slurm_cpus(partition):
 
 def cell_partition(wildcards):
     """The partition of the bench job's cell ("" = the cluster's default)."""
-    return cell(wildcards)["partition"]
+    return cell(wildcards).partition
 
 
 def slurm_gpu_model(wildcards):
     """--gpus=MODEL:1 for a cuda cell where slurm.node_types.<partition>.gpu_model is set."""
-    if cell(wildcards)["device"] != "cuda":
+    if cell(wildcards).device != "cuda":
         return None
     return slurm_node_type(cell_partition(wildcards)).get("gpu_model") or None
 
@@ -135,7 +128,7 @@ def slurm_resources():
     resources = {
         "slurm_partition": lambda wildcards: cell_partition(wildcards) or None,
         "cpus_per_task": lambda wildcards: slurm_cpus(cell_partition(wildcards)),
-        "gpu": lambda wildcards: int(cell(wildcards)["device"] == "cuda"),
+        "gpu": lambda wildcards: int(cell(wildcards).device == "cuda"),
         "gpu_model": slurm_gpu_model,
         "constraint": lambda wildcards: (
             slurm_node_type(cell_partition(wildcards)).get("constraint") or None
@@ -168,3 +161,8 @@ def check_executor():
         "pass --config yourself, add executor=slurm to it (a command-line --config replaces "
         "the profile's)."
     )
+
+
+START_HOOKS.insert(
+    0, check_executor
+)  # first: before the fork server or anything starts

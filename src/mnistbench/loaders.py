@@ -1,0 +1,152 @@
+"""The two ways a cell feeds the model, with the same settings on every device:
+
+- ``dataloader``: the classic pipeline the blog measured: a Dataset that turns each sample into
+  a PIL image, then ToTensor and Normalize, batched by ``torch.utils.data.DataLoader``
+  (``workers`` and ``pin_memory`` as the cell says), each batch then copied to the device;
+- ``resident``: the whole normalised split as one tensor on the training device; batches are
+  shuffled index selections.
+
+Both give warm-up batches (``Loaders.sample_batch``) without touching the shuffling generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import data
+
+#: MNIST normalisation of the classic pipeline (torchvision's Normalize((0.1307,), (0.3081,))).
+MNIST_MEAN = 0.1307
+MNIST_STD = 0.3081
+
+
+class MnistDataset(torch.utils.data.Dataset):
+    """The classic per-sample pipeline, as torchvision's MNIST + ToTensor + Normalize does it:
+    each item becomes a PIL image, then a float tensor in [0, 1], then normalised."""
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
+        from PIL import Image  # Pillow, as torchvision's MNIST uses
+
+        self._image = Image
+        self.images = images
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int):
+        img = self._image.fromarray(self.images[index])  # mode L, as torchvision's MNIST
+        x = torch.from_numpy(np.array(img, dtype=np.uint8, copy=True)).view(1, 28, 28)
+        x = x.float().div(255)  # ToTensor
+        x = x.sub_(MNIST_MEAN).div_(MNIST_STD)  # Normalize
+        return x, int(self.labels[index])
+
+
+class ResidentLoader:
+    """The whole normalised split as one tensor on the training device; batches are shuffled
+    index selections. The permutation comes from a CPU generator, so CPU and GPU cells with
+    the same seed see the same batches."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor, batch_size: int, *,
+                 shuffle: bool, generator: torch.Generator | None) -> None:
+        self.images, self.labels = images, labels
+        self.batch_size, self.shuffle, self.generator = batch_size, shuffle, generator
+
+    def __len__(self) -> int:
+        return -(-len(self.labels) // self.batch_size)
+
+    def __iter__(self):
+        n = len(self.labels)
+        if self.shuffle:
+            order = torch.randperm(n, generator=self.generator).to(self.images.device)
+            for i in range(0, n, self.batch_size):
+                idx = order[i : i + self.batch_size]
+                yield self.images.index_select(0, idx), self.labels.index_select(0, idx)
+        else:
+            for i in range(0, n, self.batch_size):
+                yield self.images[i : i + self.batch_size], self.labels[i : i + self.batch_size]
+
+
+def normalised_tensor(images: np.ndarray, device: torch.device) -> torch.Tensor:
+    """uint8 (N, 28, 28) -> float32 (N, 1, 28, 28) normalised like the classic pipeline."""
+    x = torch.from_numpy(images).to(device).unsqueeze(1).float()
+    return x.div_(255).sub_(MNIST_MEAN).div_(MNIST_STD)
+
+
+@dataclass
+class Loaders:
+    """The training and test loaders of a cell, and a way to get warm-up batches from them
+    without touching the shuffling generator."""
+
+    train: object
+    test: object
+    train_size: int
+    test_size: int
+    sample_batch: object  # (split, size) -> (x, y) on the device, not shuffled
+
+
+def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Loaders:
+    """Read the verified IDX files and build both loaders of ``cfg.loader`` (``cfg``: a
+    :class:`mnistbench.train.TrainConfig`: data, loader, batch sizes, limits, workers,
+    pin_memory)."""
+    train_x, train_y = data.load_split(cfg.data, "train")
+    test_x, test_y = data.load_split(cfg.data, "test")
+    if cfg.train_limit:
+        train_x, train_y = train_x[: cfg.train_limit], train_y[: cfg.train_limit]
+    if cfg.test_limit:
+        test_x, test_y = test_x[: cfg.test_limit], test_y[: cfg.test_limit]
+    splits = {"train": (train_x, train_y), "test": (test_x, test_y)}
+
+    if cfg.loader == "resident":
+        tensors = {
+            name: (normalised_tensor(x, device), torch.from_numpy(y.astype(np.int64)).to(device))
+            for name, (x, y) in splits.items()
+        }
+        train = ResidentLoader(*tensors["train"], cfg.batch_size, shuffle=True,
+                               generator=shuffle_gen)
+        test = ResidentLoader(*tensors["test"], cfg.eval_batch_size, shuffle=False,
+                              generator=None)
+
+        def sample_batch(split: str, size: int):
+            x, y = tensors[split]
+            return x[:size], y[:size]
+    else:
+        datasets = {name: MnistDataset(x, y) for name, (x, y) in splits.items()}
+        non_blocking = cfg.pin_memory and device.type == "cuda"
+
+        def make(ds, batch_size, shuffle):
+            # A fresh keyword set per loader: settings never leak between them.
+            return torch.utils.data.DataLoader(
+                ds, batch_size=batch_size, shuffle=shuffle, num_workers=cfg.workers,
+                pin_memory=cfg.pin_memory, generator=shuffle_gen if shuffle else None)
+
+        train = make(datasets["train"], cfg.batch_size, True)
+        test = make(datasets["test"], cfg.eval_batch_size, False)
+        collate = torch.utils.data.default_collate
+
+        def sample_batch(split: str, size: int):
+            ds = datasets[split]
+            x, y = collate([ds[i] for i in range(min(size, len(ds)))])
+            return x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+
+        train = _DeviceLoader(train, device, non_blocking)
+        test = _DeviceLoader(test, device, non_blocking)
+    return Loaders(train, test, len(train_y), len(test_y), sample_batch)
+
+
+class _DeviceLoader:
+    """Moves a DataLoader's batches to the device (the copy is part of the data phase)."""
+
+    def __init__(self, loader, device: torch.device, non_blocking: bool) -> None:
+        self.loader, self.device, self.non_blocking = loader, device, non_blocking
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self):
+        for x, y in self.loader:
+            yield (x.to(self.device, non_blocking=self.non_blocking),
+                   y.to(self.device, non_blocking=self.non_blocking))

@@ -1,0 +1,111 @@
+"""Command-line option types, and the options of `mnistbench train` (flags, allowed values,
+defaults), torch-free: the CLI declares `train` with them, the docker runner reads a cell's
+--data, --out and --device with the same parser, and the study model's cell flags are tested
+against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from .devices import DEVICES, LOADERS, PRECISIONS
+
+#: The `train` subcommand's help line and description.
+TRAIN_HELP = "train and time one cell of the study"
+TRAIN_DESCRIPTION = (
+    "Train the study's CNN for one cell (device x precision x batch size x loader), time every "
+    "phase of every epoch, and write summary.json, epochs.csv and resources.csv into --out. A "
+    "cell that cannot run still writes its summary with status unavailable, oom or failed, and "
+    "exits 10, 11 or 12.")
+
+
+def positive_int(text: str) -> int:
+    """An int of at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An int of 0 or more."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite float greater than 0 (NaN and inf are refused)."""
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number greater than 0, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite float of 0 or more (NaN and inf are refused)."""
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {value}")
+    return value
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Declare every option of `mnistbench train` on ``p`` and return it."""
+    p.add_argument("--data", type=Path, default=Path("resources/mnist"),
+                   help="folder with the four verified MNIST IDX files (default: %(default)s)")
+    p.add_argument("--out", type=Path, required=True, help="output folder of the cell")
+    p.add_argument("--device", choices=DEVICES, default="cpu")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32; tf32 (CUDA); bf16 autocast (CPU, CUDA); fp16 autocast with "
+                   "GradScaler (CUDA)")
+    p.add_argument("--batch-size", type=positive_int, default=128, help="samples per step")
+    p.add_argument("--loader", choices=LOADERS, default="resident",
+                   help="dataloader: Dataset + transform + torch DataLoader (the blog's "
+                   "pipeline); resident: the normalised dataset as one tensor on the device")
+    p.add_argument("--epochs", type=positive_int, default=1, help="timed epochs")
+    p.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
+    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--threads", type=non_negative_int, default=0,
+                   help="torch intra-op CPU threads (0: torch's default)")
+    p.add_argument("--workers", type=non_negative_int, default=0,
+                   help="DataLoader worker processes (dataloader loader only)")
+    p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False,
+                   help="DataLoader pin_memory (dataloader loader only)")
+    p.add_argument("--compile", nargs="?", const="default", default="",
+                   choices=["default", "reduce-overhead", "max-autotune"],
+                   help="wrap the model in torch.compile with this mode (bare --compile: "
+                   "default; reduce-overhead uses CUDA graphs on CUDA)")
+    p.add_argument("--warmup-steps", type=non_negative_int, default=3,
+                   help="untimed warm-up steps; the trajectory is restored afterwards")
+    p.add_argument("--max-steps", type=non_negative_int, default=0,
+                   help="cap on training steps per epoch (0: a full epoch)")
+    p.add_argument("--train-limit", type=non_negative_int, default=0,
+                   help="use only the first N training samples (0: all)")
+    p.add_argument("--test-limit", type=non_negative_int, default=0,
+                   help="use only the first N test samples (0: all)")
+    p.add_argument("--eval-batch-size", type=non_negative_int, default=0,
+                   help="batch size of the test-set evaluation (0: the training batch size, "
+                   "the same shapes as training, which warm-up and autotuning already cover)")
+    p.add_argument("--sample-interval", type=positive_float, default=0.5,
+                   help="resource sampler period in seconds")
+    p.add_argument("--time-limit", type=non_negative_float, default=0.0, metavar="SECONDS",
+                   help="wall-clock limit of the warm-up and timed epochs; a cell that reaches "
+                   "it is recorded as failed and exits 12 (0: no limit)")
+    p.add_argument("--env", default=None,
+                   help="environment name recorded in the summary (default: $MNISTBENCH_ENV "
+                   "or the host name)")
+    p.add_argument("--experiment", default="adhoc", help="experiment name recorded")
+    p.add_argument("--cell", default=None, help="cell id recorded (default: --out's name)")
+    p.add_argument("--repeat", type=non_negative_int, default=0, help="repeat index recorded")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def train_parser() -> argparse.ArgumentParser:
+    """A stand-alone parser of `mnistbench train`'s options (exits 2 on a usage error)."""
+    return add_train_arguments(argparse.ArgumentParser(
+        prog="mnistbench train", description=TRAIN_DESCRIPTION))

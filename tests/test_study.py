@@ -1,0 +1,269 @@
+"""Tests of mnistbench.study, the torch-free study model: names (safe names, environment
+names, cell ids), the cell matrix built from a validated config, each cell's train flags; and
+of the package's import structure (no cycles, the core never imports a launcher, the study
+model imports without torch)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mnistbench import study
+from mnistbench.study import Cell, StudyError, build_matrix, cell_id, environment_name
+
+PACKAGE = Path(study.__file__).resolve().parent
+REPO = PACKAGE.parents[1]
+#: Modules that train and time a cell; they never import a launcher.
+CORE = ("data", "model", "optim", "train", "timing", "loaders")
+LAUNCHERS = ("forkserver", "container", "console", "cli")
+
+
+# ------------------------------------------------------------------------------ names
+def test_default_env_name_local_and_containers(monkeypatch):
+    """The default name is the short host name plus the runtime and image, sanitised."""
+    monkeypatch.setattr(study.socket, "gethostname", lambda: "My Host.example.org")
+    monkeypatch.delenv("MNISTBENCH_ENV", raising=False)
+    monkeypatch.delenv("MNISTBENCH_CONTAINER", raising=False)
+    monkeypatch.delenv("APPTAINER_CONTAINER", raising=False)
+    monkeypatch.delenv("SINGULARITY_CONTAINER", raising=False)
+    assert environment_name() == "My-Host-local"
+    monkeypatch.setenv("MNISTBENCH_CONTAINER", "ghcr.io/me/mnistbench:cpu")
+    assert environment_name() == "My-Host-docker-mnistbench-cpu"
+    monkeypatch.setenv("APPTAINER_CONTAINER", "/scratch/mnistbench.sif")
+    assert environment_name() == "My-Host-apptainer-mnistbench-cpu"
+
+
+def test_docker_made_up_host_names_become_container(monkeypatch):
+    """Inside our image, a host name of 12 hex digits (Docker's container id) names no machine
+    and becomes "container"; outside a container the same name is kept."""
+    monkeypatch.setattr(study.socket, "gethostname", lambda: "0123abcd4567")
+    monkeypatch.delenv("MNISTBENCH_ENV", raising=False)
+    monkeypatch.delenv("APPTAINER_CONTAINER", raising=False)
+    monkeypatch.delenv("SINGULARITY_CONTAINER", raising=False)
+    monkeypatch.delenv("MNISTBENCH_CONTAINER", raising=False)
+    assert environment_name() == "0123abcd4567-local"
+    monkeypatch.setenv("MNISTBENCH_CONTAINER", "mnistbench:cpu")
+    assert environment_name() == "container-docker-mnistbench-cpu"
+
+
+def test_default_env_name_for_the_docker_runner(monkeypatch):
+    """runtime="docker" (the workflow's docker runner) names the host and docker, no image;
+    $MNISTBENCH_ENV still wins, and a configured name wins over both."""
+    monkeypatch.setattr(study.socket, "gethostname", lambda: "box.example.org")
+    monkeypatch.delenv("MNISTBENCH_CONTAINER", raising=False)
+    monkeypatch.delenv("MNISTBENCH_ENV", raising=False)
+    monkeypatch.delenv("APPTAINER_CONTAINER", raising=False)
+    monkeypatch.delenv("SINGULARITY_CONTAINER", raising=False)
+    assert environment_name(runtime="docker") == "box-docker"
+    assert environment_name(runtime="local") == "box-local"
+    monkeypatch.setenv("MNISTBENCH_ENV", "lab")
+    assert environment_name(runtime="docker") == "lab"
+    assert environment_name("My Lab/GPU", runtime="docker") == "My-Lab-GPU"
+
+
+def test_default_env_name_prefers_mnistbench_env(monkeypatch):
+    """$MNISTBENCH_ENV wins over the host name and is itself made safe."""
+    monkeypatch.setenv("MNISTBENCH_CONTAINER", "mnistbench:cpu")
+    monkeypatch.setenv("MNISTBENCH_ENV", "laptop-native")
+    assert environment_name() == "laptop-native"
+    monkeypatch.setenv("MNISTBENCH_ENV", "../../etc")
+    assert environment_name() == "etc"
+
+
+def test_a_configured_name_without_safe_characters_names_the_key():
+    """config env with no usable character is a StudyError naming the key."""
+    with pytest.raises(StudyError, match="invalid config key env"):
+        environment_name("///")
+
+
+def test_partition_env_names():
+    """A partition's cells go under slurm-<partition> (config env as the prefix when set,
+    "default" for the default partition), or under the node type's own name."""
+    assert study.partition_env_name("epyc") == "slurm-epyc"
+    assert study.partition_env_name("") == "slurm-default"
+    assert study.partition_env_name("gpu a100", prefix="lab") == "lab-gpu-a100"
+    assert study.partition_env_name("icelake", name="lab-icelake") == "lab-icelake"
+    with pytest.raises(StudyError, match=r"slurm\.node_types\.x\.name"):
+        study.partition_env_name("x", name="///")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("plain-name_1.0", "plain-name_1.0"),
+    ("a b/c\\d", "a-b-c-d"),
+    ("../../etc/passwd", "etc-passwd"),
+    ("..", "unknown"),
+    (".hidden", "hidden"),
+    ("", "unknown"),
+    ("   ", "unknown"),
+    ("Ünïcode café", "Unicode-cafe"),
+    ("日本語", "unknown"),
+    ("nul\x00byte\nnewline", "nul-byte-newline"),
+    ("img:tag@sha256", "img-tag-sha256"),
+])
+def test_safe_name_sanitises_hostile_names(text, expected):
+    """safe_name folds accents, replaces unsafe runs by '-', strips dots and falls back."""
+    assert study.safe_name(text) == expected
+
+
+@pytest.mark.parametrize("text", ["x" * 500, "../" * 60, "a/" * 80 + ".", "-_." * 50 + "ok",
+                                  "\u202eevil\u202d", "C:\\Windows\\system32"])
+def test_safe_name_output_is_always_a_safe_path_component(text):
+    """Whatever the input, the result is a short, non-hidden, single path component."""
+    name = study.safe_name(text)
+    assert re.fullmatch(r"[A-Za-z0-9._-]+", name)
+    assert len(name) <= study.MAX_NAME_LEN
+    assert name not in {".", ".."} and not name.startswith((".", "-"))
+
+
+def test_safe_name_default_is_configurable():
+    """The fallback for an empty result is the given default."""
+    assert study.safe_name("///", default="host") == "host"
+
+
+def test_cell_id_format():
+    """A cell id names device, precision, loader, batch size and repeat."""
+    assert cell_id("cuda", "fp32", "resident", 128, 0) == "cuda-fp32-resident-b128-r0"
+
+
+# ------------------------------------------------------------------------------ the matrix
+def schema_defaults() -> dict:
+    """The config schema's experiments with every default filled in (the shipped study)."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    validate(config, schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    return config
+
+
+def test_matrix_of_the_shipped_study_is_repeat_major_and_skips_unsupported_precisions():
+    """The default config gives convergence then sweep cells per repeat, every repeat 0 before
+    any repeat 1, tf32/fp16 never on cpu, and unique keys."""
+    config = schema_defaults()
+    cells = build_matrix(config["experiments"], ["cpu", "cuda"], config["seed"],
+                         lambda device: [("env-a", None)])
+    keys = [c.key for c in cells]
+    assert len(keys) == len(set(keys))
+    repeats = [c.repeat for c in cells]
+    assert repeats == sorted(repeats)
+    assert not any(c.device == "cpu" and c.precision in ("tf32", "fp16") for c in cells)
+    assert {c.seed - c.repeat for c in cells} == {config["seed"]}
+    first = cells[0]
+    assert (first.experiment, first.device, first.precision) == ("convergence", "cpu", "fp32")
+
+
+def test_matrix_files_each_cell_once_per_environment_of_its_device():
+    """Each cell is listed once per (env, partition) of its device, in that order."""
+    experiments = schema_defaults()["experiments"]
+    envs = {"cpu": [("slurm-a", "a"), ("slurm-b", "b")], "cuda": [("slurm-g", "g")]}
+    cells = build_matrix(experiments, ["cpu", "cuda"], 0, envs.__getitem__)
+    cpu = [c for c in cells if c.device == "cpu"]
+    assert [c.env for c in cpu[:2]] == ["slurm-a", "slurm-b"] and cpu[0].id == cpu[1].id
+    assert {c.partition for c in cells if c.device == "cuda"} == {"g"}
+
+
+def test_train_args_round_trip_through_the_cli_parser():
+    """A cell's train flags parse with `mnistbench train`'s parser back to its settings."""
+    from mnistbench import options
+
+    cell = Cell(env="e", partition=None, experiment="sweep", repeat=1, seed=1, device="cpu",
+                precision="bf16", loader="resident", batch_size=64, epochs=2, lr=0.002,
+                warmup_steps=3, max_steps=10, train_limit=100, test_limit=50, time_limit=9.5)
+    args = options.train_parser().parse_args([*cell.train_args(), "--out", "x"])
+    got = {name: getattr(args, name) for name in (
+        "device", "precision", "batch_size", "loader", "epochs", "lr", "seed", "warmup_steps",
+        "max_steps", "train_limit", "test_limit", "time_limit", "env", "experiment", "cell",
+        "repeat")}
+    assert got == {"device": "cpu", "precision": "bf16", "batch_size": 64,
+                   "loader": "resident", "epochs": 2, "lr": 0.002, "seed": 1,
+                   "warmup_steps": 3, "max_steps": 10, "train_limit": 100, "test_limit": 50,
+                   "time_limit": 9.5, "env": "e", "experiment": "sweep",
+                   "cell": "cpu-bf16-resident-b64-r1", "repeat": 1}
+
+
+# ------------------------------------------------------------------------------ imports
+def package_imports() -> dict[str, set[str]]:
+    """module -> the package's modules it imports anywhere (module level or inside a
+    function), from the source."""
+    modules = {path.stem for path in PACKAGE.glob("*.py")}
+    graph = {}
+    for path in PACKAGE.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (
+                    node.module or "").startswith("mnistbench")):
+                module = (node.module or "").removeprefix("mnistbench").lstrip(".")
+                names = [module.split(".")[0]] if module else [a.name for a in node.names]
+                found.update(names)
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names
+                             if a.name.startswith("mnistbench."))
+        graph[path.stem] = {m for m in found if m in modules and m != path.stem}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as a list of modules, or None."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (cycle := visit(nxt, [*path, nxt])):
+                return cycle
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start, [start])):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_planted_cycle():
+    """The cycle finder reports a cycle it is given (so the next test can fail)."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_package_has_no_import_cycle():
+    """No module of src/mnistbench imports, directly or through others, itself."""
+    assert find_cycle(package_imports()) is None
+
+
+def test_the_core_never_imports_a_launcher():
+    """data, model, optim, train, timing and the loaders reach no launcher (fork server,
+    container, console, cli), not even through other modules."""
+    graph = package_imports()
+
+    def reach(module: str) -> set[str]:
+        seen, todo = set(), [module]
+        while todo:
+            for nxt in graph.get(todo.pop(), ()):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    for module in CORE:
+        if module in graph:
+            assert not reach(module) & set(LAUNCHERS), module
+
+
+def test_the_study_model_imports_with_torch_blocked():
+    """`python -c` with torch unimportable can import mnistbench.study and build names."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from mnistbench import study\n"
+            "print(study.cell_id('cpu', 'fp32', 'resident', 128, 0))\n"
+            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "cpu-fp32-resident-b128-r0"
