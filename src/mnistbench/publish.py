@@ -1,0 +1,704 @@
+"""The published study: ``report/``, made from the current results by ``mnistbench publish``
+(``make publish``), and checked by ``mnistbench publish --check``.
+
+``report/`` holds
+
+- ``index.html``: the report, one self-contained file, rendered from ``data/`` alone with
+  :func:`mnistbench.report.render_report`;
+- ``data/``: the tidy tables (``summary.csv``, ``epochs.csv``, ``resources.csv``,
+  ``columns.csv``), the cost model (``cost_model.json``) and ``manifest.json``: the
+  environments with their hardware (from ``summary.csv``'s environment columns), the dates,
+  the git revision, cells per status, the checks and what was waived, the arguments the
+  report was rendered with, and the size and SHA-256 of every other file of ``report/``;
+- ``README.md``: what was measured where, how to reproduce it, how to add a machine.
+
+:func:`publish` refuses, naming the cells, when the results are not what the study's config
+asks for:
+
+- **missing**: a cell of the study's matrix (:func:`expected_cells`) without a
+  ``summary.json``, or an incomplete cell folder (still running, or killed);
+- **failed**: a cell with status ``failed`` (an error; ``oom`` and ``unavailable`` are
+  results the report shows);
+- **stale**: a cell measured by other code than this checkout's (:func:`stale_reasons`): of
+  an older schema version, of another mnistbench version, or of a git revision whose code
+  (:data:`CODE_PATHS` less :data:`RESULT_READERS`, compared with this working tree) differs,
+  is unknown here, or was modified (``-dirty``).
+
+Each refusal can be waived (``allow_missing``, ``allow_failed``, ``allow_stale``) with a
+``reason``; the manifest records the cells waived and the reason. The tables must also be
+current: ``results/*.csv`` must be what aggregating ``results/runs`` gives now.
+
+:func:`verify` checks a publication: every checksum, and that rendering ``data/`` again gives
+``index.html`` apart from the generation stamp (:func:`strip_stamp`), so the published report
+is reproducible from its own data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import csv
+import difflib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import __version__, aggregate, atomic, schema, study
+
+#: ``format`` of the manifest, and its version.
+FORMAT = "mnistbench-publication"
+PUBLICATION_VERSION = 1
+REPORT_DIR = Path("report")
+DATA_DIR = "data"
+MANIFEST = "manifest.json"
+INDEX = "index.html"
+README = "README.md"
+COST_MODEL = "cost_model.json"
+TABLES = (aggregate.SUMMARY_CSV, aggregate.EPOCHS_CSV, aggregate.RESOURCES_CSV,
+          aggregate.COLUMNS_CSV)
+DEFAULT_CONFIG = Path("config/config.yaml")
+CONFIG_SCHEMA = Path("workflow/schemas/config.schema.yaml")
+
+#: What a cell's numbers depend on (paths of the checkout): the package and its pinned
+#: runtime. A cell whose revision differs here from the working tree is stale.
+CODE_PATHS = ("src/mnistbench", "envs/pip/base.txt", "envs/pip/torch.txt")
+#: Modules of the package that only read finished cells (tables, report, publication): a
+#: change to them leaves the measurements valid (the tables are aggregated again).
+RESULT_READERS = ("aggregate.py", "archive.py", "blog.py", "cost.py", "cost_model.schema.yaml",
+                  "plots.py", "publish.py", "report.py", "stats.py", "templates")
+
+#: An ISO 8601 date-time with seconds and a time zone: the form of the report's generation
+#: stamp, which :func:`strip_stamp` masks.
+STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
+
+_CHUNK = 1 << 20
+_GIT_TIMEOUT_S = 30
+
+
+class PublishError(Exception):
+    """The results cannot be published (or a publication does not check); the message names
+    the cells or files and the fix."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A cell that keeps the results from being published: ``kind`` missing, failed or
+    stale, ``cell`` as ``env/experiment/cell``, and why."""
+
+    kind: str
+    cell: str
+    why: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"cell": self.cell, "why": self.why}
+
+
+@dataclass(frozen=True)
+class CellInfo:
+    """What the checks need of one cell's ``summary.json``."""
+
+    key: tuple[str, str, str]
+    status: str
+    schema_version: int
+    device: str
+    env: dict
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.key)
+
+
+@dataclass
+class Publication:
+    """What :func:`publish` wrote."""
+
+    report: Path
+    manifest: dict
+    problems: list[Problem] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------
+# The study's config and its cells
+def load_config(configfiles: Sequence[Path], config_schema: Path = CONFIG_SCHEMA) -> dict:
+    """The study's config as the workflow reads it: ``configfiles`` merged in order (a later
+    file's keys replace, its mappings merge), every key left out set to its default from
+    ``config_schema``. Not validated here: the workflow refuses a bad config before any cell
+    runs."""
+    import yaml
+
+    config: dict = {}
+    for path in configfiles:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise PublishError(f"cannot read the config {path}: {exc}. Pass the config the "
+                               "study ran with (--configfile, repeatable).") from None
+        if not isinstance(data, dict):
+            raise PublishError(f"the config {path} is not a mapping.")
+        _merge(config, data)
+    try:
+        spec = yaml.safe_load(Path(config_schema).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise PublishError(f"cannot read the config schema {config_schema}: {exc}. Run "
+                           "mnistbench publish from the project's folder.") from None
+    _fill_defaults(spec, config)
+    return config
+
+
+def _merge(into: dict, update: dict) -> None:
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def _fill_defaults(spec: dict, data: dict) -> None:
+    for name, sub in (spec.get("properties") or {}).items():
+        if not isinstance(sub, dict):
+            continue
+        if "default" in sub:
+            data.setdefault(name, copy.deepcopy(sub["default"]))
+        if isinstance(data.get(name), dict) and "properties" in sub:
+            _fill_defaults(sub, data[name])
+
+
+def env_devices(config: dict, cells: Iterable[CellInfo]) -> list[str]:
+    """The devices the study measures in one environment: config ``devices`` as listed; for
+    ``auto`` the CPU, and CUDA when the environment's cells recorded a GPU; for a SLURM
+    partition (cells with ``slurm_partition``) the devices its cells ran on."""
+    cells = list(cells)
+    if any(str(c.env.get("slurm_partition") or "") for c in cells):
+        return sorted({c.device for c in cells})
+    if config.get("devices", "auto") == "auto":
+        gpu = any(str(c.env.get("gpu_name") or "") and _int(c.env.get("gpu_count")) > 0
+                  for c in cells)
+        return ["cpu", "cuda"] if gpu else ["cpu"]
+    return list(config["devices"])
+
+
+def expected_cells(config: dict, cells: Sequence[CellInfo]) -> set[tuple[str, str, str]]:
+    """(env, experiment, cell) of every cell the config's matrix asks of each environment
+    that has cells (:func:`mnistbench.study.build_matrix`, devices per :func:`env_devices`)."""
+    by_env: dict[str, list[CellInfo]] = defaultdict(list)
+    for cell in cells:
+        by_env[cell.key[0]].append(cell)
+    expected: set[tuple[str, str, str]] = set()
+    for env, env_cells in by_env.items():
+        cores = max((_int(c.env.get("cpu_cores_logical")) for c in env_cells), default=1)
+        matrix = study.build_matrix(config["experiments"], env_devices(config, env_cells),
+                                    int(config.get("seed", 0)),
+                                    envs_of=lambda device, env=env: [(env, None)],
+                                    cores=max(cores, 1))
+        expected |= {c.key for c in matrix}
+    return expected
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def read_cells(runs: Path) -> tuple[list[CellInfo], list[str]]:
+    """Every complete cell under ``runs`` and the incomplete cell folders (no
+    ``summary.json``), as ``env/experiment/cell``; hidden folders are not cells."""
+    runs = Path(runs)
+    if not runs.is_dir():
+        raise PublishError(f"no results to publish: {runs} is not a folder. Run the study "
+                           "first (make study), or unpack another machine's results.")
+    cells, incomplete = [], []
+    for folder in sorted(p for p in runs.glob("*/*/*") if p.is_dir()
+                         and not any(part.startswith(".") for part in p.relative_to(runs).parts)):
+        key = tuple(folder.relative_to(runs).parts)
+        path = folder / schema.SUMMARY_FILE
+        if not path.is_file():
+            incomplete.append("/".join(key))
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            cells.append(CellInfo(key=key, status=str(data["status"]),
+                                  schema_version=int(data["schema_version"]),
+                                  device=str(data["params"]["device"]),
+                                  env=dict(data.get("env") or {})))
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise PublishError(f"cannot read {path}: {exc}. Delete that cell folder and run "
+                               "the study again.") from None
+    return cells, incomplete
+
+
+# ---------------------------------------------------------------------------------------------
+# Stale: measured by other code
+def _git(args: Sequence[str], root: Path) -> subprocess.CompletedProcess | None:
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                              timeout=_GIT_TIMEOUT_S, env=env, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def checkout(root: Path) -> tuple[Path, str] | None:
+    """(top folder, revision) of the git checkout at ``root``; the revision gets ``-dirty``
+    when tracked files outside ``report/`` differ from it. None outside a checkout."""
+    proc = _git(["rev-parse", "--show-toplevel", "HEAD"], root)
+    if proc is None or proc.returncode != 0 or len(proc.stdout.split()) != 2:
+        return None
+    top, rev = proc.stdout.split()
+    status = _git(["status", "--porcelain", "--untracked-files=no", "--", ".",
+                   f":(exclude){REPORT_DIR}"], Path(top))
+    dirty = status is not None and status.returncode == 0 and status.stdout.strip()
+    return Path(top), f"{rev}-dirty" if dirty else rev
+
+
+def code_pathspec() -> list[str]:
+    """The git pathspec of the code a cell's numbers depend on."""
+    return [*CODE_PATHS, *(f":(exclude)src/mnistbench/{name}" for name in RESULT_READERS)]
+
+
+def code_change(revision: str, top: Path) -> str | None:
+    """Why the code of ``revision`` is not this working tree's (None: the same code)."""
+    if not revision:
+        return "no git revision recorded: the code that measured it is not known"
+    if revision.endswith("-dirty"):
+        return (f"measured from a checkout with uncommitted changes ({revision[:12]}-dirty): "
+                "the code that ran is not known")
+    known = _git(["cat-file", "-e", f"{revision}^{{commit}}"], top)
+    if known is None or known.returncode != 0:
+        return (f"revision {revision[:12]} is not in this repository (fetch it, or measure "
+                "again)")
+    diff = _git(["diff", "--name-only", revision, "--", *code_pathspec()], top)
+    if diff is None or diff.returncode != 0:
+        return f"git cannot compare revision {revision[:12]} with this working tree"
+    files = diff.stdout.split()
+    if not files:
+        return None
+    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+    return f"the code changed since {revision[:12]}: {', '.join(files[:3])}{more}"
+
+
+def stale_reasons(cells: Sequence[CellInfo], root: Path) -> tuple[list[Problem], str]:
+    """The stale cells, and how the code was compared (for the manifest)."""
+    found = checkout(root)
+    how = (f"cells' env.git_revision against the working tree of {found[1][:12]}, paths "
+           f"{' '.join(code_pathspec())}; schema_version against {schema.SCHEMA_VERSION}; "
+           f"env.mnistbench against {__version__}") if found else (
+        f"{root} is not a git checkout: only schema_version (against {schema.SCHEMA_VERSION}) "
+        f"and env.mnistbench (against {__version__}) were compared")
+    changes: dict[str, str | None] = {}
+    problems = []
+    for cell in cells:
+        why = []
+        if cell.schema_version < schema.SCHEMA_VERSION:
+            why.append(f"schema version {cell.schema_version} (this mnistbench writes "
+                       f"{schema.SCHEMA_VERSION}: the fields added since are empty)")
+        version = str(cell.env.get("mnistbench") or "")
+        if version != __version__:
+            why.append(f"mnistbench {version or '(unknown)'}, not {__version__}")
+        if found:
+            revision = str(cell.env.get("git_revision") or "")
+            if revision not in changes:
+                changes[revision] = code_change(revision, found[0])
+            if changes[revision]:
+                why.append(changes[revision])
+        if why:
+            problems.append(Problem("stale", cell.name, "; ".join(why)))
+    return problems, how
+
+
+def find_problems(cells: Sequence[CellInfo], incomplete: Sequence[str], config: dict,
+                  root: Path) -> tuple[list[Problem], str]:
+    """Missing, failed and stale cells, in that order, and how the code was compared."""
+    present = {c.key for c in cells}
+    missing = sorted({"/".join(k) for k in expected_cells(config, cells) - present}
+                     | set(incomplete))
+    problems = [Problem("missing", name,
+                        "incomplete: its folder has no summary.json (still running, or killed)"
+                        if name in incomplete else "a cell of the study's config never ran")
+                for name in missing]
+    problems += [Problem("failed", c.name, "status failed") for c in cells
+                 if c.status == "failed"]
+    stale, how = stale_reasons(cells, root)
+    return problems + stale, how
+
+
+# ---------------------------------------------------------------------------------------------
+# publish
+def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
+            configfiles: Sequence[Path] = (DEFAULT_CONFIG,),
+            config_schema: Path = CONFIG_SCHEMA, cost_model: Path | None = None,
+            allow_missing: bool = False, allow_failed: bool = False,
+            allow_stale: bool = False, reason: str = "", root: Path | None = None,
+            log: Callable[[str], None] | None = None) -> Publication:
+    """Publish ``results`` (``results/runs`` and the tables made from it) into ``report``.
+
+    ``cost_model``: default ``results/cost_model.json`` (written by the workflow from config
+    ``cost``). ``root``: the checkout the code is compared with (default: here). Paths are
+    recorded relative to the current folder, where the publication is re-rendered from
+    (run it from the project's folder). Raises :class:`PublishError`; ``report`` is then as
+    it was."""
+    results, report = Path(results), Path(report)
+    root = Path(root) if root is not None else Path.cwd()
+    runs = results / "runs"
+    cells, incomplete = read_cells(runs)
+    if not cells:
+        raise PublishError(f"no complete cell under {runs}: run the study first (make study).")
+    config = load_config(configfiles, config_schema)
+    try:
+        problems, how = find_problems(cells, incomplete, config, root)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PublishError(f"cannot derive the study's cells from the config "
+                           f"{', '.join(map(str, configfiles))}: {exc!r}. Pass the config the "
+                           "study ran with (--configfile).") from None
+    allowed = {"missing": allow_missing, "failed": allow_failed, "stale": allow_stale}
+    refused = [p for p in problems if not allowed[p.kind]]
+    if refused:
+        raise PublishError(_refusal(refused, report))
+    waived = sorted({p.kind for p in problems})
+    if waived and not reason.strip():
+        raise PublishError(
+            f"--allow-{'/--allow-'.join(waived)} waives {len(problems)} cell(s) "
+            f"({_counts(problems)}): say why with --reason TEXT; it is recorded in "
+            f"{report / DATA_DIR / MANIFEST} and shown in {report / README}.")
+
+    cost_source = Path(cost_model) if cost_model is not None else results / COST_MODEL
+    made: list[Path] = []
+    try:
+        made = atomic.make_dirs(report)
+        stage = Path(tempfile.mkdtemp(prefix=".publish-", dir=report))
+    except OSError as exc:
+        atomic.remove_dirs(made)
+        raise PublishError(atomic.folder_error(report, exc, "the publication", "--report")
+                           ) from None
+    data = report / DATA_DIR
+    old_data = stage / "old-data"
+    swapped = False
+    try:
+        _stage_tables(runs, results, stage / DATA_DIR)
+        _stage_cost_model(cost_source, stage / DATA_DIR / COST_MODEL)
+        report_arg = _display(report)
+        render_args = {
+            "results": f"{report_arg}/{DATA_DIR}",
+            "cost_model": f"{report_arg}/{DATA_DIR}/{COST_MODEL}",
+            "command": reproduce_command(configfiles),
+        }
+        if data.exists() or data.is_symlink():
+            os.rename(data, old_data)
+        os.rename(stage / DATA_DIR, data)
+        swapped = True
+        if log is not None:
+            log(f"rendering {report / INDEX} from {data}")
+        render(render_args, stage / INDEX)
+        manifest = _manifest(report, stage, cells, problems, how, waived, reason, configfiles,
+                             render_args, root)
+        (stage / README).write_text(readme(manifest), encoding="utf-8")
+        manifest["files"] = _checksums(report, stage)
+        atomic.write_json(data / MANIFEST, manifest)
+        os.replace(stage / INDEX, report / INDEX)
+        os.replace(stage / README, report / README)
+    except BaseException as exc:
+        if swapped:
+            shutil.rmtree(data, ignore_errors=True)
+            if old_data.exists():
+                os.rename(old_data, data)
+        shutil.rmtree(stage, ignore_errors=True)
+        atomic.remove_dirs(made)
+        if isinstance(exc, OSError):
+            raise PublishError(atomic.folder_error(report, exc, "the publication",
+                                                   "--report")) from None
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
+    return Publication(report=report, manifest=manifest, problems=problems)
+
+
+def _counts(problems: Sequence[Problem]) -> str:
+    counts = Counter(p.kind for p in problems)
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+
+
+def _refusal(problems: Sequence[Problem], report: Path) -> str:
+    lines = []
+    for kind in ("missing", "failed", "stale"):
+        some = [p for p in problems if p.kind == kind]
+        if some:
+            shown = "; ".join(f"{p.cell} ({p.why})" for p in some[:3])
+            more = f"; and {len(some) - 3} more" if len(some) > 3 else ""
+            lines.append(f"{len(some)} {kind}: {shown}{more}")
+    kinds = sorted({p.kind for p in problems})
+    return (f"refusing to publish into {report}: {'. '.join(lines)}. Fix: run the study again "
+            "(make study) for missing cells, after deleting the folders of failed and stale "
+            f"cells; or publish them as they are with --allow-{' --allow-'.join(kinds)} "
+            "--reason TEXT (recorded in the manifest).")
+
+
+def _stage_tables(runs: Path, results: Path, out: Path) -> None:
+    """Aggregate ``runs`` into ``out`` and check ``results``' tables are exactly that."""
+    try:
+        aggregate.aggregate(runs, out)
+    except aggregate.AggregateError as exc:
+        raise PublishError(f"the results do not aggregate: {exc}") from None
+    for name in TABLES:
+        current = results / name
+        if not current.is_file():
+            raise PublishError(f"{current} does not exist: run the study (make study) or "
+                               f"`mnistbench aggregate {runs} --out-dir {results}` first.")
+        if _sha256(current) != _sha256(out / name):
+            raise PublishError(
+                f"{current} is out of date: it is not what aggregating {runs} gives now (cells "
+                "added, removed or rerun since, or another mnistbench version wrote it). Run "
+                f"`mnistbench aggregate {runs} --out-dir {results}` (or the study), check the "
+                "report, then publish.")
+
+
+def _stage_cost_model(source: Path, target: Path) -> None:
+    from . import cost
+
+    if not source.is_file():
+        raise PublishError(f"{source} does not exist: run the study (make study writes it "
+                           "from config key cost), or pass --cost-model FILE.")
+    try:
+        model = cost.load_model(source)
+    except cost.CostError as exc:
+        raise PublishError(str(exc)) from None
+    if source.suffix.lower() == ".json":
+        shutil.copyfile(source, target)
+        return
+    import yaml
+
+    data = cost.resolve(yaml.safe_load(source.read_text(encoding="utf-8")), model.source)
+    atomic.write_json(target, data)
+
+
+def _display(path: Path) -> str:
+    """``path`` relative to the current folder where it lies inside it, else as given."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def reproduce_command(configfiles: Sequence[Path]) -> str:
+    """The commands that measure and publish this study, shown in the report."""
+    extra = [str(p) for p in configfiles
+             if os.path.normpath(str(p)) != os.path.normpath(str(DEFAULT_CONFIG))]
+    if not extra:
+        return "make study && make publish"
+    flags = [arg for path in extra for arg in ("--configfile", path)]
+    return (f"{shlex.join(['.venv/bin/snakemake', '--cores', 'all', *flags])} && "
+            f"{shlex.join(['.venv/bin/mnistbench', 'publish', *flags])}")
+
+
+def render(render_args: dict, out: Path) -> Path:
+    """Render the report of a publication into ``out`` with its recorded arguments (paths
+    relative to the current folder)."""
+    from . import report
+
+    try:
+        return report.render_report(Path(render_args["results"]), Path(out),
+                                    cost_model_path=Path(render_args["cost_model"]),
+                                    command=render_args["command"])
+    except report.ReportError as exc:
+        raise PublishError(f"the report does not render from {render_args['results']}: {exc}"
+                           ) from None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _checksums(report: Path, stage: Path) -> dict[str, dict]:
+    """Size and SHA-256 of every file of the publication but the manifest, by its path in
+    ``report/`` (index.html and README.md still staged)."""
+    files = {f"{DATA_DIR}/{p.name}": p for p in sorted((report / DATA_DIR).iterdir())
+             if p.is_file() and p.name != MANIFEST}
+    files[INDEX] = stage / INDEX
+    files[README] = stage / README
+    return {name: {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+            for name, path in files.items()}
+
+
+def _manifest(report: Path, stage: Path, cells: Sequence[CellInfo], problems, how: str,
+              waived: list[str], reason: str, configfiles, render_args: dict,
+              root: Path) -> dict:
+    rows = _summary_rows(report / DATA_DIR / aggregate.SUMMARY_CSV)
+    found = checkout(root)
+    by_env: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_env[row["env"]].append(row)
+    versions: dict[str, set] = defaultdict(set)
+    for cell in cells:
+        versions[cell.key[0]].add(cell.schema_version)
+    environments = [_environment(env, env_rows, versions[env])
+                    for env, env_rows in sorted(by_env.items())]
+    return {
+        "format": FORMAT,
+        "publication_version": PUBLICATION_VERSION,
+        "published_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mnistbench": __version__,
+        "schema_version": schema.SCHEMA_VERSION,
+        "git_revision": found[1] if found else "",
+        "command": render_args["command"],
+        "configfiles": [str(p) for p in configfiles],
+        "render": render_args,
+        "cells": {"total": len(rows), "by_status": _statuses(rows)},
+        "dates": _dates(rows),
+        "environments": environments,
+        "checks": {
+            "code_compared": how,
+            "missing": [p.as_dict() for p in problems if p.kind == "missing"],
+            "failed": [p.as_dict() for p in problems if p.kind == "failed"],
+            "stale": [p.as_dict() for p in problems if p.kind == "stale"],
+            "waived": waived,
+            "reason": reason.strip(),
+        },
+        "files": {},
+    }
+
+
+def _summary_rows(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _statuses(rows: Sequence[dict]) -> dict[str, int]:
+    counts = Counter(row["status"] for row in rows)
+    return {s: counts.get(s, 0) for s in schema.STATUSES}
+
+
+def _dates(rows: Sequence[dict]) -> dict[str, str]:
+    started = [r.get("started_at") or "" for r in rows]
+    ended = [r.get("ended_at") or "" for r in rows]
+
+    def pick(values, choose):
+        parsed = []
+        for value in values:
+            with contextlib.suppress(ValueError):
+                parsed.append((datetime.fromisoformat(value), value))
+        return choose(parsed)[1] if parsed else ""
+
+    return {"first_started_at": pick(started, min), "last_ended_at": pick(ended, max)}
+
+
+def _environment(env: str, rows: Sequence[dict], versions: set) -> dict:
+    """One environment of the manifest: cells, devices, dates and every environment column
+    of summary.csv (one value, or the sorted values when its cells differ)."""
+    hardware = {}
+    for column in (*schema.ENV_FIELDS, *schema.DERIVED_FIELDS):
+        if rows and column in rows[0]:
+            values = sorted({r[column] for r in rows if r[column] != ""})
+            hardware[column] = values if len(values) > 1 else "".join(values)
+    return {
+        "env": env,
+        "cells": len(rows),
+        "by_status": _statuses(rows),
+        "devices": sorted({r["device"] for r in rows}),
+        "measured_devices": sorted({r["device"] for r in rows if r["status"] == "ok"}),
+        "schema_versions": sorted(versions),
+        **_dates(rows),
+        "hardware": hardware,
+    }
+
+
+#: The template of report/README.md (rendered from the manifest).
+README_TEMPLATE = "publication-README.md.j2"
+
+
+def readme(manifest: dict) -> str:
+    """``report/README.md`` of a publication, from its manifest."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    def hw(env: dict) -> str:
+        value = env["hardware"].get("hardware") or env["hardware"].get("cpu_model") or "?"
+        return ", ".join(value) if isinstance(value, list) else value
+
+    def statuses(counts: dict) -> str:
+        return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
+
+    template = Environment(loader=PackageLoader("mnistbench", "templates"),
+                           undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                           keep_trailing_newline=True).get_template(README_TEMPLATE)
+    gpu = any(d != "cpu" for e in manifest["environments"] for d in e["measured_devices"])
+    return template.render(m=manifest, hw=hw, statuses=statuses, gpu=gpu)
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+def strip_stamp(html: str) -> str:
+    """``html`` with its generation stamp (every :data:`STAMP` date-time) masked."""
+    return STAMP.sub("<generated_at>", html)
+
+
+def verify(report: Path = REPORT_DIR) -> list[str]:
+    """What is wrong with the publication in ``report`` (empty: nothing): its manifest, every
+    checksum, files the manifest does not list, and whether rendering ``data/`` again (from
+    the current folder, with the recorded arguments) gives ``index.html`` but for the
+    generation stamp."""
+    report = Path(report)
+    path = report / DATA_DIR / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [f"cannot read {path}: {exc}"]
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        return [f"{path} is not the manifest of a publication (format {FORMAT!r})"]
+    problems = []
+    files = manifest.get("files") or {}
+    for name, entry in files.items():
+        target = report / name
+        if not target.is_file():
+            problems.append(f"{target} is listed in the manifest but missing")
+        elif _sha256(target) != entry.get("sha256"):
+            problems.append(f"{target} does not match its SHA-256 in the manifest (changed "
+                            "after publishing)")
+    for extra in sorted((report / DATA_DIR).iterdir()) if (report / DATA_DIR).is_dir() else []:
+        if extra.name != MANIFEST and f"{DATA_DIR}/{extra.name}" not in files:
+            problems.append(f"{extra} is not listed in the manifest")
+    render_args = manifest.get("render") or {}
+    results = Path(str(render_args.get("results", "")))
+    if not results.is_dir() or results.resolve() != (report / DATA_DIR).resolve():
+        problems.append(f"the report was rendered from {results}, which is not {report / DATA_DIR} "
+                        "from here: run the check from the folder it was published in (the "
+                        "project's)")
+        return problems
+    with tempfile.TemporaryDirectory(prefix="mnistbench-verify-") as tmp:
+        fresh = render(render_args, Path(tmp) / INDEX).read_text(encoding="utf-8")
+    try:
+        committed = (report / INDEX).read_text(encoding="utf-8")
+    except OSError as exc:
+        problems.append(f"cannot read {report / INDEX}: {exc}")
+        return problems
+    if strip_stamp(fresh) != strip_stamp(committed):
+        problems.append(f"{report / INDEX} is not what {results} renders to now: "
+                        + first_difference(strip_stamp(committed), strip_stamp(fresh)))
+    return problems
+
+
+def first_difference(old: str, new: str, width: int = 160) -> str:
+    """Where two texts first differ, as one short line."""
+    old_lines, new_lines = old.splitlines(), new.splitlines()
+    matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
+    for tag, i1, _i2, j1, _j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        was = old_lines[i1][:width] if i1 < len(old_lines) else "(end)"
+        now = new_lines[j1][:width] if j1 < len(new_lines) else "(end)"
+        return f"line {i1 + 1} was {was!r}, renders as {now!r}"
+    return "they differ in line endings"

@@ -1,0 +1,362 @@
+"""Tests of ``mnistbench publish`` (mnistbench.publish): the publication in ``report/`` (data,
+manifest, README, the report rendered from that data), the refusals (missing, failed and stale
+cells, out-of-date tables) and their waivers, and the check that the published report renders
+again from its own data: on a publication made here from fake data, and on the committed
+``report/`` of this repository once it exists."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import fakes
+import pytest
+import yaml
+from fakes import make_study
+
+from mnistbench import __version__, aggregate, archive, cli, cost, publish, report, schema
+
+REPO = Path(__file__).resolve().parents[1]
+ENV = "alpha"
+#: The study of the fake results: the config's matrix is exactly the cells make_study writes.
+STUDY = {"devices": ["cpu"], "experiments": {
+    "convergence": {"repeats": 1, "loaders": ["resident"], "epochs": 2},
+    "sweep": {"repeats": 1, "loaders": ["resident"], "batch_sizes": [64],
+              "precisions": ["fp32"]},
+    "tips": {"enabled": False}}}
+FAKE = {"devices": ("cpu",), "precisions": ("fp32",), "loaders": ("resident",),
+        "batch_sizes": (64,), "repeats": 1, "convergence_epochs": 2}
+GIT_ID = ["-c", "user.name=test", "-c", "user.email=test@example.org"]
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *GIT_ID, *args], cwd=root, capture_output=True, text=True,
+                          check=True, timeout=60).stdout.strip()
+
+
+def set_env_field(runs: Path, key: str, value, where=lambda path: True) -> None:
+    """Set ``env.KEY`` in every summary.json under ``runs`` that ``where`` picks."""
+    for path in runs.glob(f"*/*/*/{schema.SUMMARY_FILE}"):
+        if where(path):
+            data = json.loads(path.read_text())
+            data["env"][key] = value
+            path.write_text(json.dumps(data))
+
+
+def reaggregate(root: Path) -> None:
+    aggregate.aggregate(root / "results" / "runs", root / "results")
+
+
+@pytest.fixture()
+def project(tmp_path, monkeypatch) -> Path:
+    """A git checkout (the measured code: src/mnistbench, envs/pip; the config and its schema)
+    with the current results of a small fake study measured at its HEAD; the current
+    folder."""
+    root = tmp_path / "project"
+    (root / "src" / "mnistbench").mkdir(parents=True)
+    (root / "src" / "mnistbench" / "train.py").write_text("# the trainer\n")
+    (root / "src" / "mnistbench" / "report.py").write_text("# the report\n")
+    (root / "envs" / "pip").mkdir(parents=True)
+    (root / "envs" / "pip" / "base.txt").write_text("numpy==1\n")
+    (root / "envs" / "pip" / "torch.txt").write_text("torch==1\n")
+    (root / "config").mkdir()
+    (root / "config" / "config.yaml").write_text(yaml.safe_dump(STUDY))
+    shutil.copytree(REPO / "workflow" / "schemas", root / "workflow" / "schemas")
+    (root / ".gitignore").write_text("results/\n")
+    git(root, "init", "-q")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "the code")
+    runs = root / "results" / "runs"
+    make_study(runs, envs=(ENV,), **FAKE)
+    set_env_field(runs, "git_revision", git(root, "rev-parse", "HEAD"))
+    reaggregate(root)
+    (root / "results" / "cost_model.json").write_text(json.dumps(cost.DEFAULT_MODEL))
+    monkeypatch.chdir(root)
+    return root
+
+
+def run_publish(**kwargs) -> publish.Publication:
+    return publish.publish(Path("results"), Path("report"), **kwargs)
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def rewrite_published(root: Path, name: str, text: str) -> None:
+    """Replace a published file and its checksum in the manifest (an edit the checksums
+    cannot see, so only the re-render can)."""
+    path = root / "report" / name
+    path.write_text(text, encoding="utf-8")
+    manifest_path = root / "report" / "data" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"][name]["sha256"] = sha256(path)
+    manifest["files"][name]["bytes"] = path.stat().st_size
+    manifest_path.write_text(json.dumps(manifest))
+
+
+# --------------------------------------------------------------------------- the publication
+def test_publish_writes_data_manifest_readme_and_the_report(project):
+    """report/ gets the four tables and the cost model as in results/, a manifest with the
+    environments' hardware, dates, revision, cells per status and every file's checksum, a
+    README saying what was measured where and how to add a machine, and index.html."""
+    result = run_publish()
+    out = project / "report"
+    for name in (*publish.TABLES, publish.COST_MODEL):
+        assert (out / "data" / name).read_bytes() == (project / "results" / name).read_bytes()
+    manifest = json.loads((out / "data" / "manifest.json").read_text())
+    assert manifest == json.loads(json.dumps(result.manifest))
+    assert manifest["format"] == publish.FORMAT and manifest["mnistbench"] == __version__
+    assert manifest["git_revision"] == git(project, "rev-parse", "HEAD")
+    assert manifest["cells"] == {"total": 2, "by_status": {"ok": 2, "oom": 0,
+                                                            "unavailable": 0, "failed": 0}}
+    (env,) = manifest["environments"]
+    summary = (out / "data" / "summary.csv").read_text()
+    assert env["env"] == ENV and env["hardware"]["cpu_model"] in summary
+    assert env["hardware"]["hostname"] and env["measured_devices"] == ["cpu"]
+    assert manifest["dates"]["first_started_at"] <= manifest["dates"]["last_ended_at"]
+    assert env["first_started_at"] == manifest["dates"]["first_started_at"]
+    assert manifest["checks"]["waived"] == [] and manifest["checks"]["stale"] == []
+    assert manifest["render"] == {"results": "report/data",
+                                  "cost_model": "report/data/cost_model.json",
+                                  "command": "make study && make publish"}
+    listed = {f"data/{n}" for n in (*publish.TABLES, publish.COST_MODEL)} | {"index.html",
+                                                                             "README.md"}
+    assert set(manifest["files"]) == listed
+    for name, entry in manifest["files"].items():
+        assert entry == {"bytes": (out / name).stat().st_size, "sha256": sha256(out / name)}
+    readme = (out / "README.md").read_text()
+    for text in (f"| `{ENV}` |", "No GPU has been measured yet", "mnistbench unpack",
+                 "mnistbench pack", "make study && make publish", "labelled reference"):
+        assert text in readme, text
+    assert "report/data" in (out / "index.html").read_text()
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+
+
+def test_published_report_renders_again_from_its_own_data(project):
+    """verify() passes on a fresh publication; it ignores only the generation stamp, and it
+    reports a report that its data no longer renders to, and a changed data file."""
+    run_publish()
+    assert publish.verify(Path("report")) == []
+    index = (project / "report" / "index.html").read_text()
+    stamps = publish.STAMP.findall(index)
+    assert stamps, "the report carries no generation stamp"
+    rewrite_published(project, "index.html", index.replace(stamps[0], "2000-01-01T00:00:00+00:00"))
+    assert publish.verify(Path("report")) == []
+    tampered = index.replace("report/data", "other/data", 1)
+    rewrite_published(project, "index.html", tampered)
+    (problem,) = publish.verify(Path("report"))
+    assert "index.html is not what report/data renders to now" in problem
+    assert "line " in problem
+    with (project / "report" / "data" / "summary.csv").open("a") as handle:
+        handle.write("\n")
+    problems = publish.verify(Path("report"))
+    assert any("summary.csv does not match its SHA-256" in p for p in problems)
+
+
+def test_strip_stamp_masks_only_date_times():
+    """The generation stamp (an ISO 8601 date-time with zone) is masked; dates and other
+    numbers are not."""
+    html = "<p>Generated 2026-12-03T06:56:10+00:00 on 2026-12-03: 58.7 s</p>"
+    assert publish.strip_stamp(html) == "<p>Generated <generated_at> on 2026-12-03: 58.7 s</p>"
+
+
+def test_committed_publication_renders_from_its_own_data(monkeypatch):
+    """The committed report/index.html is what report/data renders to (but for its
+    generation stamp), and every file matches the manifest's checksums."""
+    tracked = subprocess.run(["git", "ls-files", "report/index.html", "report/data"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    if tracked.returncode != 0 or "report/index.html" not in tracked.stdout.split():
+        pytest.skip("report/ is not committed yet: the lead publishes the real runs with "
+                    "`make publish` and commits report/ (docs/publish.md)")
+    monkeypatch.chdir(REPO)
+    assert publish.verify(Path("report")) == []
+
+
+# --------------------------------------------------------------------------- refusals
+def test_publish_refuses_missing_cells_and_records_a_waiver(project):
+    """A cell of the config's study that never ran is refused, naming it, and nothing is
+    written; --allow-missing needs a reason, and the manifest and README record both."""
+    shutil.rmtree(project / "results" / "runs" / ENV / "sweep" / "cpu-fp32-resident-b64-r0")
+    reaggregate(project)
+    with pytest.raises(publish.PublishError) as info:
+        run_publish()
+    message = str(info.value)
+    assert "1 missing: alpha/sweep/cpu-fp32-resident-b64-r0" in message
+    assert "--allow-missing" in message
+    assert not (project / "report").exists()
+    with pytest.raises(publish.PublishError, match="--reason"):
+        run_publish(allow_missing=True)
+    result = run_publish(allow_missing=True, reason="the sweep runs next week")
+    checks = result.manifest["checks"]
+    assert checks["waived"] == ["missing"] and checks["reason"] == "the sweep runs next week"
+    assert checks["missing"] == [{"cell": "alpha/sweep/cpu-fp32-resident-b64-r0",
+                                  "why": "a cell of the study's config never ran"}]
+    readme = (project / "report" / "README.md").read_text()
+    assert "Published despite the checks" in readme and "the sweep runs next week" in readme
+
+
+def test_publish_counts_an_incomplete_cell_as_missing(project):
+    """A cell folder without summary.json (killed, or still running) is missing."""
+    (project / "results" / "runs" / ENV / "sweep" / "cpu-fp32-resident-b512-r0").mkdir()
+    with pytest.raises(publish.PublishError, match="incomplete: its folder has no summary"):
+        run_publish()
+
+
+def test_publish_refuses_failed_cells(tmp_path, project):
+    """A cell with status failed is refused; oom and unavailable cells are results."""
+    runs = project / "results" / "runs"
+    shutil.rmtree(runs)
+    make_study(runs, envs=(ENV,), overrides={
+        "cpu-fp32-resident-b64-r0": ("failed", "boom"),
+        "cpu-fp32-resident-b128-r0": ("oom", "out of memory")}, **FAKE)
+    set_env_field(runs, "git_revision", git(project, "rev-parse", "HEAD"))
+    reaggregate(project)
+    with pytest.raises(publish.PublishError) as info:
+        run_publish()
+    assert "1 failed: alpha/sweep/cpu-fp32-resident-b64-r0 (status failed)" in str(info.value)
+    assert "oom" not in str(info.value).split("Fix:")[0]
+
+
+def test_stale_cells_are_those_measured_by_other_code(project):
+    """Stale: the measured code changed since the cell's revision (here, uncommitted), an
+    unknown or modified (-dirty) revision, another mnistbench version, an older schema
+    version; a change to a module that only reads results is not."""
+    runs = project / "results" / "runs"
+    cells, _ = publish.read_cells(runs)
+    assert publish.stale_reasons(cells, project)[0] == []
+    (project / "src" / "mnistbench" / "report.py").write_text("# a new report\n")
+    assert publish.stale_reasons(cells, project)[0] == []
+    (project / "src" / "mnistbench" / "train.py").write_text("# a faster trainer\n")
+    stale, how = publish.stale_reasons(cells, project)
+    assert len(stale) == 2 and "the code changed since" in stale[0].why
+    assert "src/mnistbench/train.py" in stale[0].why and "report.py" not in stale[0].why
+    assert ":(exclude)src/mnistbench/report.py" in how
+    git(project, "checkout", "--", "src")
+    for revision, why in (("0" * 40, "is not in this repository"),
+                          (f"{cells[0].env['git_revision']}-dirty", "uncommitted changes"),
+                          ("", "no git revision recorded")):
+        changed = [publish.CellInfo(c.key, c.status, c.schema_version, c.device,
+                                    {**c.env, "git_revision": revision}) for c in cells]
+        assert why in publish.stale_reasons(changed, project)[0][0].why
+    older = [publish.CellInfo(c.key, c.status, schema.SCHEMA_VERSION - 1, c.device,
+                              {**c.env, "mnistbench": "0.0.1"}) for c in cells]
+    why = publish.stale_reasons(older, project)[0][0].why
+    assert f"schema version {schema.SCHEMA_VERSION - 1}" in why and "mnistbench 0.0.1" in why
+
+
+def test_publish_refuses_stale_cells_unless_allowed(project):
+    """A code change after the measurements refuses the publication naming the changed file;
+    --allow-stale with a reason publishes and records the stale cells."""
+    (project / "src" / "mnistbench" / "train.py").write_text("# a faster trainer\n")
+    git(project, "commit", "-qam", "faster")
+    with pytest.raises(publish.PublishError) as info:
+        run_publish()
+    assert "2 stale" in str(info.value) and "src/mnistbench/train.py" in str(info.value)
+    result = run_publish(allow_stale=True, reason="the change does not touch timing")
+    assert len(result.manifest["checks"]["stale"]) == 2
+    assert publish.verify(Path("report")) == []
+
+
+def test_publish_refuses_tables_out_of_date_with_the_runs(project):
+    """results/*.csv that are not what aggregating results/runs gives now (a cell rerun since)
+    are refused, with the command that brings them up to date."""
+    set_env_field(project / "results" / "runs", "hostname", "renamed")
+    with pytest.raises(publish.PublishError) as info:
+        run_publish()
+    assert "summary.csv is out of date" in str(info.value)
+    assert "mnistbench aggregate results/runs --out-dir results" in str(info.value)
+
+
+def test_a_failed_render_leaves_the_previous_publication(project, monkeypatch):
+    """When the report does not render, report/ keeps its previous data, report and README,
+    and no staging folder is left."""
+    run_publish()
+    before = snapshot(project / "report")
+
+    def broken(*args, **kwargs):
+        raise report.ReportError("the template is broken")
+
+    monkeypatch.setattr(report, "render_report", broken)
+    with pytest.raises(publish.PublishError, match="the template is broken"):
+        run_publish()
+    assert snapshot(project / "report") == before
+    assert sorted(p.name for p in (project / "report").iterdir()) == [
+        "README.md", "data", "index.html"]
+
+
+def test_round_trip_measure_on_a_pack_unpack_on_b_publish_shows_both(tmp_path, project):
+    """Machine A's results, packed there and unpacked here, are published beside this
+    machine's: the manifest and the report list both environments, and the report still
+    renders from its own data."""
+    runs_a = tmp_path / "machine-a" / "runs"
+    make_study(runs_a, envs=("beta",), machines={"beta": fakes.MACHINES[1]}, **FAKE)
+    set_env_field(runs_a, "git_revision", git(project, "rev-parse", "HEAD"))
+    packed = archive.pack(runs_a, "beta", tmp_path / "beta.tar.gz")
+    archive.unpack(packed, project / "results" / "runs")
+    reaggregate(project)
+    result = run_publish()
+    envs = {e["env"]: e for e in result.manifest["environments"]}
+    assert sorted(envs) == [ENV, "beta"] and result.manifest["cells"]["total"] == 4
+    assert envs["beta"]["hardware"]["cpu_model"] == fakes.MACHINES[1].cpu_model
+    index = (project / "report" / "index.html").read_text()
+    assert fakes.MACHINES[0].cpu_model in index and fakes.MACHINES[1].cpu_model in index
+    readme = (project / "report" / "README.md").read_text()
+    assert f"| `{ENV}` |" in readme and "| `beta` |" in readme
+    assert publish.verify(Path("report")) == []
+
+
+# --------------------------------------------------------------------------- the study's cells
+def test_expected_cells_follow_the_config_and_each_environments_devices(project):
+    """With devices auto an environment that recorded a GPU is expected to have cuda cells,
+    one without a GPU only cpu cells; a configfile given later overrides an earlier one."""
+    cells, _ = publish.read_cells(project / "results" / "runs")
+    quick = project / "config" / "more.yaml"
+    quick.write_text(yaml.safe_dump({"devices": "auto",
+                                     "experiments": {"sweep": {"batch_sizes": [64, 128]}}}))
+    config = publish.load_config([Path("config/config.yaml"), quick])
+    assert config["experiments"]["sweep"]["batch_sizes"] == [64, 128]
+    assert config["experiments"]["sweep"]["loaders"] == ["resident"]  # from config.yaml
+    assert config["seed"] == 0  # the schema's default
+    no_gpu = [publish.CellInfo(c.key, c.status, c.schema_version, c.device,
+                               {**c.env, "gpu_name": "", "gpu_count": 0}) for c in cells]
+    gpu = [publish.CellInfo(c.key, c.status, c.schema_version, c.device,
+                            {**c.env, "gpu_name": "NVIDIA H200", "gpu_count": 1})
+           for c in cells]
+    assert {k[2] for k in publish.expected_cells(config, no_gpu)} == {
+        "cpu-fp32-resident-b128-r0", "cpu-fp32-resident-b64-r0"}
+    assert "cuda-fp32-resident-b64-r0" in {k[2] for k in publish.expected_cells(config, gpu)}
+
+
+# --------------------------------------------------------------------------- command line
+def test_cli_publish_refuses_with_one_error_line_then_publishes_and_checks(project, capsys):
+    """`mnistbench publish` exits 1 with one error line when it refuses, 0 when it publishes;
+    `publish --check` exits 0 on the publication and 1 once a file changed."""
+    (project / "src" / "mnistbench" / "train.py").write_text("# changed\n")
+    assert cli.main(["publish"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mnistbench publish: error: refusing")
+    assert cli.main(["publish", "--allow-stale", "--reason", "a test"]) == 0
+    assert "2 cells of 1 environment(s)" in capsys.readouterr().out
+    assert cli.main(["publish", "--check"]) == 0
+    (project / "report" / "README.md").write_text("edited\n")
+    assert cli.main(["publish", "--check"]) == 1
+    assert "README.md does not match its SHA-256" in capsys.readouterr().err
+
+
+def test_makefile_publish_target_runs_mnistbench_publish():
+    """`make publish` sets up .venv, then runs mnistbench publish with PUBLISH_FLAGS."""
+    proc = subprocess.run(["make", "-n", "publish"], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, check=False, env={**os.environ, "PUBLISH_FLAGS": "--x"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "scripts/setup" in lines and ".venv/bin/mnistbench publish --x" in lines
