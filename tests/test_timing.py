@@ -43,6 +43,71 @@ def test_phase_timer_picks_by_device() -> None:
     assert isinstance(timing.phase_timer("cuda"), timing.CudaPhaseTimer)
 
 
+def test_phase_timer_uses_a_backends_events_else_sync_and_host_clock(monkeypatch) -> None:
+    """An accelerator with timing events gets the event timer; one without, the timer that
+    synchronises before each host-clock mark; the summary's method says which."""
+    from fake_accelerator import install
+
+    install(monkeypatch, "xpu")
+    assert isinstance(timing.phase_timer("xpu"), timing.EventPhaseTimer)
+    assert timing.timing_method("xpu") == "device-events"
+    install(monkeypatch, "mps", events=False)
+    assert isinstance(timing.phase_timer("mps"), timing.SyncPhaseTimer)
+    assert timing.timing_method("mps") == "sync+host-clock"
+    assert timing.timing_method("cpu") == "host-clock"
+    assert timing.timing_method("cuda") == "cuda-events"
+
+
+def test_event_timer_phases_sum_to_span_with_one_sync(monkeypatch) -> None:
+    """Event phases add up to their span, and the device is synchronised once, when the
+    totals are read, not at the marks."""
+    from fake_accelerator import install
+
+    fake = install(monkeypatch, "xpu")
+    timer = timing.phase_timer("xpu")
+    timer.start()
+    for _ in range(3):
+        time.sleep(0.002)
+        timer.mark("data")
+        time.sleep(0.004)
+        timer.mark("forward")
+    assert fake.calls["synchronize"] == 0
+    phases, span = timer.totals()
+    assert fake.calls["synchronize"] == 1
+    assert fake.calls["record"] == 7
+    assert sum(phases.values()) == pytest.approx(span, rel=1e-9)
+    assert phases["forward"] > phases["data"] > 0.005
+    timer.start()  # a new epoch reuses the pooled events
+    timer.mark("data")
+    timer.totals()
+    assert fake.calls["Event"] == 7
+
+
+def test_sync_timer_synchronises_at_every_mark(monkeypatch) -> None:
+    """Without events, every mark waits for the device before reading the host clock."""
+    from fake_accelerator import install
+
+    fake = install(monkeypatch, "mps", events=False)
+    timer = timing.phase_timer("mps")
+    timer.start()
+    time.sleep(0.003)
+    timer.mark("data")
+    timer.mark("forward")
+    phases, span = timer.totals()
+    assert fake.calls["synchronize"] == 3
+    assert phases["data"] >= 0.003 and sum(phases.values()) == pytest.approx(span)
+
+
+def test_synchronize_reaches_the_backend(monkeypatch) -> None:
+    """timing.synchronize waits on an accelerator's backend and does nothing on the CPU."""
+    from fake_accelerator import install
+
+    fake = install(monkeypatch, "xpu")
+    timing.synchronize("cpu")
+    timing.synchronize("xpu")
+    assert fake.calls["synchronize"] == 1
+
+
 @pytest.mark.gpu
 def test_cuda_phases_sum_to_span_and_track_wall_time() -> None:
     """CUDA event phases add up to their span, which matches the synchronised wall time."""

@@ -29,7 +29,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, cpuruntime, hardware
 from .envvars import CONTAINER_VAR, GIT_REVISION_VAR, IMAGE_ID_VAR, LAUNCH_VAR
 from .schema import ENV_FIELDS
 
@@ -186,5 +186,7 @@ def capture() -> dict[str, Any]:
         "launch": env.get(LAUNCH_VAR) or "exec",
     }
     info.update(_safe(_torch_fields, {}))
+    info.update(_safe(hardware.record, {}))  # ISA, bf16, oneDNN/MKL, governor; xpu/mps GPU
     info.update(_safe(_psutil_fields, {}))
+    info.update(_safe(cpuruntime.record, {}))  # allocator as loaded, threads, OpenMP, binding
     return {key: info.get(key, None if key in NUMERIC_FIELDS else "") for key in ENV_FIELDS}

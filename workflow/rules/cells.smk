@@ -10,12 +10,16 @@ def study_devices():
     # Under SLURM, auto means what the cluster has: slurm.partitions.
     if config["devices"] == "auto" and ON_SLURM:
         return ["cpu", "cuda"] if SLURM["partitions"]["cuda"] else ["cpu"]
+    # Without torch (its import costs ~3 s at DAG time): NVIDIA or AMD (cuda), Intel (xpu),
+    # Apple (mps); mnistbench.devices.visible_devices.
     if config["devices"] == "auto":
-        return ["cpu", "cuda"] if devices.nvidia_gpu_visible() else ["cpu"]
+        return devices.visible_devices()
     return list(config["devices"])
 
 
 DEVICES_OF_STUDY = study_devices()
+if config["runner"] == "docker":
+    check_docker_devices(DEVICES_OF_STUDY)
 
 
 def cell_envs(device):
@@ -32,7 +36,11 @@ STUDY_ENVS = sorted({env for d in DEVICES_OF_STUDY for env, _ in cell_envs(d)})
 # The matrix (mnistbench.study.build_matrix): one Cell per timed cell, in run order
 # (repeat-major, see cell_priority), each once per environment of its device.
 MATRIX = study.build_matrix(
-    config["experiments"], DEVICES_OF_STUDY, config["seed"], envs_of=cell_envs
+    config["experiments"],
+    DEVICES_OF_STUDY,
+    config["seed"],
+    envs_of=cell_envs,
+    cores=MACHINE_CORES,
 )
 CELLS = {c.key: c for c in MATRIX}
 RANK = {key: index for index, key in enumerate(CELLS)}

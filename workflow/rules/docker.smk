@@ -19,6 +19,20 @@ def image_record(device):
     return f"{IMAGE_RECORDS}/{device}.json"
 
 
+def check_docker_devices(devices):
+    """Stop at once when a device of the study has no image of the docker runner (xpu, mps):
+    the schema's docker.images names one per device it runs."""
+    missing = [d for d in devices if d not in config["docker"]["images"]]
+    if missing:
+        raise WorkflowError(
+            f"config key runner is docker, but the docker runner has images for "
+            f"{', '.join(config['docker']['images'])} cells only, not for "
+            f"{', '.join(missing)}. Leave {', '.join(missing)} out of config devices, or "
+            "use runner: local (an Intel GPU's study can run inside docker/xpu.Dockerfile's "
+            "image: docs/docker.md; Apple's MPS has no container)."
+        )
+
+
 def image_dockerfile(device):
     """The Dockerfile of a device's image (config docker.images.DEVICE.dockerfile), absolute;
     a missing one stops the workflow when the DAG is built (dry runs too), naming the key.
@@ -36,7 +50,7 @@ def image_dockerfile(device):
 def image_sources():
     """What an image is built from besides its Dockerfile; a change to any rebuilds it.
 
-    The pinned dependencies (requirements/*.txt, pyproject.toml), the entrypoint, the build
+    The pinned dependencies (envs/pip/*.txt, pyproject.toml), the entrypoint, the build
     context's filter, and the package's sources: the image holds the package, so without them
     a code change would leave new cells running the old code (the local runner runs the new
     one). A rebuild after a code change takes seconds: the dependency layers come from
@@ -45,7 +59,7 @@ def image_sources():
     """
     fixed = [PROJECT / "pyproject.toml", PROJECT / ".dockerignore"]
     fixed += [PROJECT / "docker" / "entrypoint.sh"]
-    fixed += sorted((PROJECT / "requirements").glob("*.txt"))
+    fixed += sorted((PROJECT / "envs" / "pip").glob("*.txt"))
     package = sorted(
         path
         for path in (PROJECT / "src").rglob("*")
