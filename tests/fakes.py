@@ -12,7 +12,8 @@ Options cover the cases the aggregator and the report must survive: CPU-only stu
 (``devices=("cpu",)``), machines without a GPU (``gpu=False``: every cuda cell is
 ``unavailable``), one repeat, injected ``failed``/``oom``/``unavailable`` cells with any
 reason text (``overrides``), several environments (``envs``), and measured or absent
-energy counters (``energy``).
+energy counters (``energy``). Machines (``machines``) carry the hardware record too (ISA,
+CPU flags, bf16 path), so two environments can differ in it alone.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ import json
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
 
 import numpy as np
 
 from mnistbench import __version__, schema
-from mnistbench.devices import DEVICES, LOADERS, PRECISIONS, is_supported
+from mnistbench.devices import LOADERS, PRECISIONS, is_supported
 from mnistbench.study import cell_id  # re-exported: the tests import it from here
 
 TRAIN_SAMPLES = 60_000
@@ -42,6 +43,8 @@ CONVERGENCE_EPOCHS = 10
 SWEEP_EPOCHS = 2
 SWEEP_MAX_STEPS = 50
 START_UNIX = 1_767_225_600.0  # 2026-01-01T00:00:00Z, s
+#: Devices of a fake study by default: the CPU and an NVIDIA GPU (xpu, mps on request).
+FAKE_DEVICES = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,14 @@ class Machine:
     gpu_memory_gb: float
     cpu_speed: float
     gpu_speed: float
+    # The hardware record (mnistbench.hardware): these CPUs have AVX2 and no bf16 hardware.
+    cpu_capability: str = "AVX2"
+    cpu_flags: str = "avx2"
+    gpu_bf16: str = "native"  # bf16 tensor cores (Ampere and later)
+
+    def isa(self, capability: str, flags: str) -> Machine:
+        """This machine with another ISA: the same model name, cores, memory and speeds."""
+        return replace(self, cpu_capability=capability, cpu_flags=flags)
 
 
 #: Machines given to the environments in order (cycled when there are more environments).
@@ -67,13 +78,13 @@ MACHINES = (
     Machine("beta-node", "AMD EPYC 7763 64-Core Processor", 32, 16, 251.4,
             "NVIDIA A100-SXM4-40GB", 39.5, 1.35, 0.8),
     Machine("gamma-laptop", "Intel(R) Core(TM) i5-8250U CPU @ 1.60GHz", 8, 4, 15.5,
-            "NVIDIA GeForce MX150", 2.0, 0.45, 0.12),
+            "NVIDIA GeForce MX150", 2.0, 0.45, 0.12, gpu_bf16="emulated"),
 )
 
 
 def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                gpu: bool | Mapping[str, bool] = True,
-               devices: Sequence[str] = DEVICES,
+               devices: Sequence[str] = FAKE_DEVICES,
                precisions: Sequence[str] = PRECISIONS,
                loaders: Sequence[str] = LOADERS,
                batch_sizes: Sequence[int] = SWEEP_BATCH_SIZES,
@@ -83,7 +94,9 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                energy: bool = True,
                overrides: Mapping[str, tuple[str, str]] | None = None,
                hostnames: Mapping[str, str] | None = None,
+               machines: Mapping[str, Machine] | None = None,
                sample_interval: float = 0.5,
+               params: Mapping[str, object] | None = None,
                seed: int = 0) -> list[Path]:
     """Write a fake study under ``runs`` and return the cell folders.
 
@@ -91,15 +104,18 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
     cuda cells are written with status ``unavailable``. ``devices``: devices in the matrix
     (``("cpu",)``: a CPU-only study, no cuda cells at all). ``overrides``: cell id (see
     :func:`cell_id`) -> (status, reason) forced onto that cell in every environment.
-    ``hostnames``: env -> host name recorded in the environment capture. ``energy``: whether
+    ``hostnames``: env -> host name recorded in the environment capture. ``machines``: env ->
+    :class:`Machine` (default: :data:`MACHINES` in turn). ``energy``: whether
     the NVML/RAPL energy counters are present (else null). ``sample_interval``: resource
-    sampler period, s.
+    sampler period, s. ``params``: train params set on every cell (e.g. ``train_limit``,
+    ``test_limit``, ``max_steps`` of a quick study; ``train_limit`` shortens the epochs).
     """
     overrides = dict(overrides or {})
     hostnames = dict(hostnames or {})
+    extra_params = dict(params or {})
     cells: list[Path] = []
     for index, env in enumerate(envs):
-        machine = MACHINES[index % len(MACHINES)]
+        machine = (machines or {}).get(env, MACHINES[index % len(MACHINES)])
         has_gpu = gpu.get(env, True) if isinstance(gpu, Mapping) else bool(gpu)
         host = hostnames.get(env, machine.hostname)
         for experiment in experiments:
@@ -122,13 +138,29 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                         "max_steps": SWEEP_MAX_STEPS if experiment == "sweep" else 0,
                         "train_limit": 0, "test_limit": 0, "eval_batch_size": 1000,
                         "sample_interval": sample_interval, "time_limit": 0,
+                        "bf16_path": _bf16_path(device, precision, machine, status),
                     }
+                    params.setdefault("allocator", "auto")  # the CPU runtime (cpuruntime)
+                    params.update({"implementation": "tuned", "cudnn_benchmark": True,
+                                   "max_batch": False, "max_batch_stop": None, "tip": ""})
+                    params.update(extra_params)
                     folder = runs / env / experiment / cid
                     write_cell(folder, params, status=status, reason=reason, machine=machine,
                                hostname=host, has_gpu=has_gpu, energy=energy,
                                seed=zlib.crc32(f"{seed}/{env}/{experiment}/{cid}".encode()))
                     cells.append(folder)
     return cells
+
+
+def _bf16_path(device: str, precision: str, machine: Machine, status: str) -> str:
+    """params.bf16_path as the trainer records it: native or emulated for a bf16 cell that
+    reached its device, else empty."""
+    if precision != "bf16" or status == "unavailable":
+        return ""
+    if device == "cpu":
+        native = {"avx512_bf16", "amx_bf16"} & set(machine.cpu_flags.split())
+        return "native" if native else "emulated"
+    return machine.gpu_bf16
 
 
 def _matrix(experiment, devices, precisions, loaders, batch_sizes, convergence_epochs):
@@ -214,6 +246,9 @@ def write_cell(folder: Path, params: dict, *, status: str, reason: str, machine:
             "warmup_s": round(warmup_s, 4) if status != "unavailable" else None,
             "timed_s": round(timed_s, 4) if status == "ok" else None,
             "overhead_s": round(overhead_s, 4),
+            "timing_method": None if status == "unavailable" else (
+                "cuda-events" if device == "cuda" else
+                "host-clock" if device == "cpu" else "device-events"),
         },
         "results": results,
     }
@@ -231,9 +266,10 @@ def _epoch_rows(params: dict, machine: Machine, rng: np.random.Generator) -> lis
     """One row per timed epoch, phases from the step cost model with a little noise."""
     device, precision, loader = params["device"], params["precision"], params["loader"]
     batch_size = params["batch_size"]
-    full_steps = math.ceil(TRAIN_SAMPLES / batch_size)
+    train_samples = min(TRAIN_SAMPLES, params.get("train_limit") or TRAIN_SAMPLES)
+    full_steps = math.ceil(train_samples / batch_size)
     steps = min(full_steps, params["max_steps"]) if params["max_steps"] else full_steps
-    samples = min(TRAIN_SAMPLES, steps * batch_size)
+    samples = min(train_samples, steps * batch_size)
     costs = _step_costs(device, precision, loader, batch_size, machine)
     run_factor = rng.lognormal(0, 0.03)
     eval_s = (4.8 / machine.cpu_speed if device == "cpu" else 0.45 / machine.gpu_speed)
@@ -343,6 +379,7 @@ def _results(params: dict, epochs: list[dict], resources: list[dict], has_gpu: b
         "final_train_loss": float(epochs[-1]["train_loss"]),
         "peak_rss_mb": float(col(resources, "rss_mb").max()),
         "peak_cuda_mem_mb": 1480.0 + params["batch_size"] * 0.85 if cuda else None,
+        "peak_device_mem_mb": 1480.0 + params["batch_size"] * 0.85 if cuda else None,
         "cpu_pct_mean": float(col(train, "proc_cpu_pct").mean()),
         "cpu_pct_peak": float(col(resources, "proc_cpu_pct").max()),
         "gpu_util_mean": float(gpu_util.mean()) if has_gpu and gpu_util.size else None,
@@ -370,8 +407,21 @@ def _env_capture(machine: Machine, hostname: str, has_gpu: bool) -> dict:
         "container_image_id": "", "slurm_job_id": "", "slurm_partition": "",
         "slurm_node": "", "launch": "fork-server",
     }
-    assert list(env) == list(schema.ENV_FIELDS)
-    return env
+    # The hardware record (mnistbench.hardware).
+    env.update({
+        "gpu_backend": "cuda" if has_gpu else "", "hip": "",
+        "cpu_capability": machine.cpu_capability, "cpu_flags": machine.cpu_flags,
+        "cpu_bf16": "native" if {"avx512_bf16", "amx_bf16"} & set(machine.cpu_flags.split())
+        else "emulated",
+        "onednn": "3.12.0", "mkl": "2024.2", "cpu_governor": "performance", "cpu_turbo": "on",
+    })
+    # The CPU runtime (mnistbench.cpuruntime), as a stock machine records it.
+    for key, value in (("allocator_loaded", "glibc"), ("allocator_library", ""),
+                       ("malloc_tuning", ""), ("interop_threads", "2"), ("omp_settings", ""),
+                       ("cpu_affinity", "")):
+        env.setdefault(key, value)
+    assert set(env) == set(schema.ENV_FIELDS), set(env) ^ set(schema.ENV_FIELDS)
+    return {key: env[key] for key in schema.ENV_FIELDS}
 
 
 def _iso(unix: float) -> str:
@@ -386,3 +436,93 @@ def _write_csv(path: Path, columns: Mapping[str, object], rows: list[dict]) -> N
         writer.writeheader()
         for row in rows:
             writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+
+
+# ---------------------------------------------------------------------------------------------
+# In-memory additions to aggregated tables, for columns the summary schema does not carry yet:
+# the tips experiment's ``tip`` lever and the per-cell system load (``system_load_mean``,
+# ``busy``). They return new :class:`mnistbench.aggregate.Tables`; render them with
+# ``mnistbench.report.write_report``.
+
+#: Epoch-time speed-up of each fake tip over the baseline, per device (tips missing on a
+#: device are not run there: pin_memory, cudnn.benchmark off and amp-fp16 on the CPU).
+TIP_SPEEDUPS = {
+    "cpu": {"baseline": 1.0, "workers=4": 1.32, "workers=cores": 1.36, "amp-bf16": 0.97,
+            "max batch": 1.45, "resident": 1.41, "compile": 1.12, "tuned": 1.55,
+            "allocator=jemalloc": 1.01, "all": 1.7},
+    "cuda": {"baseline": 1.0, "pin_memory": 1.08, "workers=4": 2.1, "workers=cores": 2.3,
+             "amp-bf16": 1.15, "amp-fp16": 1.2, "cudnn.benchmark off": 0.93, "max batch": 3.5,
+             "resident": 3.3, "compile": 1.1, "tuned": 3.6, "allocator=jemalloc": 1.0,
+             "all": 4.2},
+}
+
+
+def with_tips(tables, *, env: str | None = None, repeats: int = 3, seed: int = 0,
+              speedups: Mapping[str, Mapping[str, float]] | None = None,
+              overrides: Mapping[tuple[str, str], tuple[str, str]] | None = None):
+    """``tables`` with fake cells of the ``tips`` experiment in the summary: per device of
+    ``speedups`` (default :data:`TIP_SPEEDUPS`) that the env has cells of, one cell per tip and
+    repeat, copied from the env's convergence cell (dataloader, fp32, batch 128) with the
+    ``tip`` column set, the epoch times divided by the tip's speed-up (2 % noise) and the test
+    accuracy within 0.05 points of it. A device whose template cell is not ok gives tips with
+    its status and reason; ``overrides``: (device, tip) -> (status, reason)."""
+    import pandas as pd
+
+    from mnistbench import aggregate
+
+    summary = tables.summary.copy()  # as read from CSV: one block per column
+    env = env or sorted(summary["env"].unique())[0]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for device, tips in (speedups or TIP_SPEEDUPS).items():
+        pool = summary[(summary["env"] == env) & (summary["device"] == device)]
+        if pool.empty:
+            continue
+        blog = pool[(pool["experiment"] == "convergence") & (pool["loader"] == "dataloader")
+                    & (pool["precision"] == "fp32")]
+        template = (blog if not blog.empty else pool).iloc[0].to_dict()
+        for tip, speedup in tips.items():
+            status, reason = (overrides or {}).get((device, tip),
+                                                   (template["status"], template["reason"]))
+            for repeat in range(repeats):
+                row = dict(template)
+                factor = float(speedup) * float(rng.lognormal(0, 0.02))
+                name = "".join(c if c.isalnum() else "-" for c in tip)
+                row.update(experiment="tips", cell=f"{device}-{name}-r{repeat}", repeat=repeat,
+                           tip=tip, status=status, reason=reason)
+                if status == "ok" and template["status"] == "ok":
+                    for column in ("epoch_s_median", "epoch_s_mean", "train_s_median",
+                                   "total_s", "timed_s", "data_s", "forward_s", "backward_s",
+                                   "optimizer_s", "eval_s"):
+                        row[column] = float(template[column]) / factor
+                    row["samples_per_s"] = float(template["samples_per_s"]) * factor
+                    row["final_test_acc"] = float(template["final_test_acc"]) + float(
+                        rng.normal(0, 0.03))
+                elif status != "ok":
+                    for column in schema.RESULT_FIELDS:
+                        row[column] = None
+                rows.append(row)
+    if "tip" not in summary.columns:  # tables of a summary before schema version 3
+        summary = summary.assign(tip=None)
+    tips_frame = pd.DataFrame(rows, columns=list(summary.columns))
+    merged = pd.concat([summary, tips_frame], ignore_index=True)
+    return aggregate.Tables(merged, tables.epochs, tables.resources)
+
+
+def with_load(tables, busy: Mapping[tuple[str, str, str], float] | None = None, *,
+              quiet_load: float = 8.0, as_text: bool = True):
+    """``tables`` with the per-cell system-load columns the summary will carry:
+    ``system_load_mean`` (machine-wide CPU busy %, 100 = all cores) and ``busy`` (others used
+    more than 25 % of the machine). ``busy``: (env, experiment, cell) -> that cell's load (it
+    is flagged busy); every other cell gets ``quiet_load`` and is not. ``as_text``: ``busy``
+    as the CSV reads it back ("True"/"False"), else as bools."""
+    busy = dict(busy or {})
+    summary = tables.summary.copy()  # as read from CSV: one block per column
+    keys = list(zip(summary["env"], summary["experiment"], summary["cell"], strict=True))
+    flags = [key in busy for key in keys]
+    summary = summary.assign(
+        system_load_mean=[busy.get(key, quiet_load) for key in keys],
+        busy=[str(f) for f in flags] if as_text else flags)
+    from mnistbench import aggregate
+
+    return aggregate.Tables(summary, tables.epochs, tables.resources)

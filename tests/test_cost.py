@@ -128,7 +128,7 @@ def test_assumed_energy_uses_system_power():
     report = cost.compute(summary, epochs, model)
     cpu = next(r for r in report.rows if r.device == "cpu")
     assert cpu.n == 2 and cpu.run_s.value == pytest.approx(610.0)
-    assert cpu.energy_wh.basis == cost.ASSUMED
+    assert cpu.energy_wh.basis == cost.MIXED  # an assumed power times a measured time
     assert cpu.energy_wh.value == pytest.approx(180.0 * 610.0 / 3600.0)
     assert cpu.electricity.value == pytest.approx(cpu.energy_wh.value / 1000.0 * 0.30)
     assert cpu.hardware.value == pytest.approx(1200.0 / (4.0 * 2000.0) * 610.0 / 3600.0)
@@ -136,7 +136,7 @@ def test_assumed_energy_uses_system_power():
     total = cpu.electricity.value + cpu.hardware.value + cpu.waiting.value
     assert cpu.total.value == pytest.approx(total)
     assert cpu.total_n.value == pytest.approx(100 * total)
-    assert cpu.run_s.basis == cost.MEASURED and cpu.hardware.basis == cost.ASSUMED
+    assert cpu.run_s.basis == cost.MEASURED and cpu.hardware.basis == cost.MIXED
 
 
 def test_measured_energy_adds_the_unmeasured_rest():
@@ -224,7 +224,7 @@ def test_cpu_only_and_empty_studies_explain_what_is_missing(tmp_path):
     report = cost.compute(tables.summary, tables.epochs, _model())
     assert {r.device for r in report.rows} == {"cpu"} and report.break_even == []
     assert any("no ok GPU" in note for note in report.notes)
-    assert all(r.energy_wh.basis == cost.ASSUMED for r in report.rows)
+    assert all(r.energy_wh.basis == cost.MIXED for r in report.rows)
     none = cost.compute(tables.summary.iloc[0:0], tables.epochs, _model())
     assert none.rows == [] and "nothing to cost" in none.notes[0]
 

@@ -1,5 +1,6 @@
 """Tests of mnistbench.plots: every chart draws from a full study, labels carry units, tick
-labels do not overlap, and charts without data return None."""
+labels do not overlap, charts without data return None, a series keeps its colour across
+charts, PNGs are HiDPI, time series are trimmed and one epoch draws as points with bars."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 from fakes import cell_id, make_study
 from PIL import Image
@@ -20,7 +22,10 @@ UNIT = re.compile(r"\((?:[^()]*)\)")  # "(s)", "(samples/s, log scale)", "(%)"
 def _tables(tmp_path, **study):
     make_study(tmp_path / "runs", **study)
     aggregate.aggregate(tmp_path / "runs", tmp_path / "out")
-    return aggregate.load_tables(tmp_path / "out")
+    tables = aggregate.load_tables(tmp_path / "out")
+    # as the report passes them: consolidated (read from CSV, a frame has a block per column)
+    return aggregate.Tables(*(frame.copy() for frame in (tables.summary, tables.epochs,
+                                                         tables.resources)))
 
 
 @pytest.fixture(scope="module")
@@ -58,11 +63,14 @@ def figures(drawn):
 
 
 def test_every_chart_is_a_readable_png(drawn):
-    """Each chart returns a PNG about the report's width and of sensible height."""
+    """Each chart returns a PNG of twice the report's width in pixels (HiDPI) and of sensible
+    height, and css_size gives the size it is shown at."""
     for key, (_, png) in drawn.items():
         assert png[:8] == b"\x89PNG\r\n\x1a\n", key
         width, height = Image.open(io.BytesIO(png)).size
-        assert 700 <= width <= 1150 and 150 <= height <= 3000, (key, width, height)
+        assert 1400 <= width <= 2300 and 300 <= height <= 6000, (key, width, height)
+        assert plots.css_size(png) == (width // 2, height // 2)
+        assert Image.open(io.BytesIO(png)).info["dpi"][0] == pytest.approx(200, abs=1)
 
 
 def test_every_axis_label_has_a_unit(figures):
@@ -211,3 +219,76 @@ def test_time_series_leave_out_cells_that_did_not_run(tmp_path):
     fig, _ = _capture(plots.CHARTS[4], tables)
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert labels and not any("cuda" in label for label in labels)
+
+
+def _line_colors(fig) -> dict[str, str]:
+    """label -> colour (hex) of every labelled line of a figure, legends included."""
+    from matplotlib.colors import to_hex
+
+    out = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                out.setdefault(line.get_label(), to_hex(line.get_color()))
+    for legend in fig.legends:
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=True):
+            if hasattr(handle, "get_color"):
+                out.setdefault(text.get_text(), to_hex(handle.get_color()))
+    return out
+
+
+def test_a_series_keeps_its_colour_across_charts(figures):
+    """cuda fp32 (and every other device and precision) has one colour in the throughput,
+    speed-up, precision, convergence and resource charts."""
+    seen: dict[str, set[str]] = {}
+    for key in ("throughput", "speedup", "precision", "convergence", "resources"):
+        for label, color in _line_colors(figures[key]).items():
+            match = re.match(r"(cpu|cuda)[ ·]+(fp32|tf32|bf16|fp16)", label)
+            if match:
+                seen.setdefault(f"{match[1]} {match[2]}", set()).add(color)
+    assert {"cpu fp32", "cuda fp32", "cuda bf16", "cpu bf16"} <= set(seen)
+    for series, colors in seen.items():
+        device, precision = series.split()
+        assert colors == {plots.series_color(device, precision)}, (series, colors)
+    assert len({plots.series_color(*k) for k in plots.SERIES_COLORS}) == len(
+        plots.SERIES_COLORS)
+
+
+def test_resource_series_are_trimmed_and_name_their_repeat(full):
+    """A stage-switch spike (2118.9 % over 5 ms) and the closing drop to 0 stay out of the
+    resource chart, whose legend names the repeat drawn."""
+    res = full.resources
+    cell = res[(res["experiment"] == "convergence") & (res["device"] == "cpu")
+               & (res["repeat"] == 0)]
+    last = cell[cell["stage"] == "train"].sort_values("t_s").iloc[-1]
+    spike = last.copy()
+    spike["t_s"] = last["t_s"] + 0.005
+    spike["proc_cpu_pct"] = 2118.9
+    drop = last.copy()
+    drop["t_s"], drop["stage"], drop["proc_cpu_pct"] = last["t_s"] + 0.5, "done", 0.0
+    tables = aggregate.Tables(full.summary, full.epochs,
+                              pd.concat([res, pd.DataFrame([spike, drop])], ignore_index=True))
+    fig, _ = _capture(plots.CHARTS[5], tables)
+    cpu_ax = fig.axes[0]
+    ys = np.concatenate([line.get_ydata() for line in cpu_ax.get_lines()])
+    assert np.nanmax(ys) < 1500 and cpu_ax.get_ylim()[1] < 1500
+    trimmed = plots.trim_series(pd.concat([cell, pd.DataFrame([spike, drop])]))
+    assert "done" not in set(trimmed["stage"]) and trimmed["proc_cpu_pct"].max() < 1500
+    assert len(trimmed) == len(cell[cell["stage"] != "done"])  # the spike merged, not added
+    labels = fig.legends[0].get_texts()
+    assert labels and all(", repeat 0" in t.get_text() for t in labels)
+
+
+def test_one_epoch_draws_points_with_bars(tmp_path):
+    """With a single epoch the convergence chart draws each series as a point with min-max
+    error bars, not a line with a band."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.container import ErrorbarContainer
+
+    tables = _tables(tmp_path, experiments=("convergence",), repeats=2, convergence_epochs=1)
+    fig, _ = _capture(plots.CHARTS[4], tables)
+    for ax in fig.axes:
+        bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert len(bars) == 4  # cpu and cuda x two loaders
+        assert not any(isinstance(c, PolyCollection) for c in ax.collections)
+    _assert_data_inside_axes("convergence", fig)

@@ -1,6 +1,7 @@
 """Open rendered reports in headless Chromium (Debian's ``chromium``) and check what a reader
-sees: no console errors, every chart decoded, and a full-page screenshot saved under
-``test-artifacts/`` for a person to look at.
+sees: no console errors, every chart decoded and drawn at half its pixels (sharp on HiDPI
+screens), the findings, the blog check and the tips section present and not empty, and a
+full-page screenshot saved under ``test-artifacts/`` for a person to look at.
 
 Chromium is driven over the DevTools protocol with a minimal stdlib WebSocket client. The
 test is skipped where /usr/bin/chromium is absent, unless MNISTBENCH_REQUIRE_BROWSER=1.
@@ -20,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from fakes import make_study
+from fakes import make_study, with_tips
 
 from mnistbench import aggregate, report
 
@@ -218,8 +219,14 @@ def _check_in_browser(chromium: Path, html: Path, screenshot: Path, tmp: Path) -
         images = tools.call(
             "Runtime.evaluate", awaitPromise=True, returnByValue=True,
             expression="Promise.all(Array.from(document.images).map(i => i.decode()"
-                       ".then(() => [i.alt, i.naturalWidth, i.naturalHeight])"
-                       ".catch(e => [i.alt, 0, 0, String(e)])))")["result"]["value"]
+                       ".then(() => [i.alt, i.naturalWidth, i.naturalHeight, i.width])"
+                       ".catch(e => [i.alt, 0, 0, 0, String(e)])))")["result"]["value"]
+        sections = tools.call(
+            "Runtime.evaluate", returnByValue=True,
+            expression="Object.fromEntries(['findings', 'blog', 'tips'].map(id => {"
+                       "const s = document.getElementById(id); const h = s && "
+                       "s.querySelector('h2'); return [id, s ? (s.innerText.length - "
+                       "(h ? h.innerText.length : 0)) : -1]; }))")["result"]["value"]
         size = tools.call("Page.getLayoutMetrics")["cssContentSize"]
         height = min(int(size["height"]), 30000)
         tools.call("Emulation.setDeviceMetricsOverride", width=WIDTH, height=height,
@@ -234,7 +241,7 @@ def _check_in_browser(chromium: Path, html: Path, screenshot: Path, tmp: Path) -
             expression="document.documentElement.scrollWidth")["result"]["value"]
         tools.ws.close()
         return {"errors": tools.errors, "images": images, "height": height,
-                "scroll_width": overflow}
+                "scroll_width": overflow, "sections": sections}
     finally:
         proc.terminate()
         try:
@@ -244,27 +251,51 @@ def _check_in_browser(chromium: Path, html: Path, screenshot: Path, tmp: Path) -
             proc.wait()
 
 
-def _render(tmp: Path, **study) -> Path:
+def _render(tmp: Path, tips: bool = False, **study) -> Path:
     make_study(tmp / "runs", **study)
     aggregate.aggregate(tmp / "runs", tmp / "results")
-    return report.render_report(tmp / "results", tmp / "report" / "index.html",
-                                command="snakemake --cores all")
+    tables = aggregate.load_tables(tmp / "results")
+    return report.write_report(with_tips(tables) if tips else tables,
+                               tmp / "report" / "index.html", results=tmp / "results",
+                               command="snakemake --cores all")
+
+
+def _assert_reads_well(result: dict) -> None:
+    """No console errors, every image decoded and shown at half its pixels, the page no
+    wider than the window, and the findings, blog check and tips sections not empty."""
+    assert result["errors"] == []
+    assert result["images"], "expected the charts that have data"
+    for alt, natural_width, _, shown_width, *error in result["images"]:
+        assert natural_width > 0, (alt, error)
+        assert shown_width == natural_width // 2, (alt, natural_width, shown_width)
+    assert result["scroll_width"] <= WIDTH, "the page is wider than the window"
+    for section, length in result["sections"].items():
+        assert length > 40, (section, length)
 
 
 def test_full_report_in_chromium(chromium, tmp_path):
-    """A GPU study with failures opens without console errors, decodes every chart, fits
-    the window's width, and leaves a screenshot in test-artifacts/report.png."""
-    html = _render(tmp_path, repeats=3, batch_sizes=(32, 128, 512, 2048),
+    """A synthetic GPU study with failures and tips cells opens without console errors,
+    decodes every chart, fits the window's width, shows its findings, blog check and tips,
+    and leaves a screenshot in test-artifacts/report.png."""
+    html = _render(tmp_path, tips=True, repeats=3, batch_sizes=(32, 128, 512, 2048),
                    overrides={"cuda-fp16-resident-b2048-r1": ("oom", "CUDA out of memory. "
                                                               "Tried to allocate 2.00 GiB"),
                               "cpu-bf16-dataloader-b32-r0": ("failed", "<script>alert(1)"
                                                              "</script> worker crashed")})
     result = _check_in_browser(chromium, html, ARTIFACTS / "report.png", tmp_path)
-    assert result["errors"] == []
+    _assert_reads_well(result)
     assert len(result["images"]) == 7, result["images"]
-    assert all(width > 0 for _, width, *_ in result["images"]), result["images"]
-    assert result["scroll_width"] <= WIDTH, "the page is wider than the window"
     assert (ARTIFACTS / "report.png").stat().st_size > 50_000
+
+
+def test_quick_report_in_chromium(chromium, tmp_path):
+    """The quick study's shape (a subset, one epoch, two repeats) on a machine without a GPU
+    also opens cleanly with its findings, blog check and tips note, and leaves
+    test-artifacts/report-quick.png."""
+    html = _render(tmp_path, gpu=False, repeats=2, convergence_epochs=1, batch_sizes=(64, 512),
+                   precisions=("fp32", "bf16"), params={"train_limit": 6000, "test_limit": 1000})
+    result = _check_in_browser(chromium, html, ARTIFACTS / "report-quick.png", tmp_path)
+    _assert_reads_well(result)
 
 
 def test_degraded_report_in_chromium(chromium, tmp_path):
@@ -272,7 +303,4 @@ def test_degraded_report_in_chromium(chromium, tmp_path):
     leaves test-artifacts/report-cpu-only.png."""
     html = _render(tmp_path, devices=("cpu",), repeats=1, batch_sizes=(64, 256))
     result = _check_in_browser(chromium, html, ARTIFACTS / "report-cpu-only.png", tmp_path)
-    assert result["errors"] == []
-    assert result["images"], "expected the charts that have data"
-    assert all(width > 0 for _, width, *_ in result["images"]), result["images"]
-    assert result["scroll_width"] <= WIDTH
+    _assert_reads_well(result)

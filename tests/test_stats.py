@@ -101,3 +101,26 @@ def test_spread_gives_median_min_max_and_count():
     """spread() summarises repeats as (median, min, max, n) and ignores missing values."""
     assert stats.spread([3.0, None, 1.0, 2.0]) == (2.0, 1.0, 3.0, 3)
     assert stats.spread([]) is None
+
+
+def test_difference_interval_brackets_a_known_difference():
+    """diff_ci gives the difference of the medians with a bootstrap interval around it, none
+    with one observation on a side, and None without data."""
+    a, b = [99.1, 99.2, 99.3, 99.25], [99.0, 99.05, 98.95, 99.1]
+    est = stats.diff_ci(a, b)
+    assert est.value == pytest.approx(np.median(a) - np.median(b))
+    assert est.low <= est.value <= est.high and est.high < 0.4
+    assert stats.diff_ci(a, b) == est  # fixed seed: reproducible
+    assert not stats.diff_ci([99.0], b).has_interval
+    assert stats.diff_ci([], b) is None
+
+
+def test_within_noise_says_whether_the_interval_holds_no_effect():
+    """A ratio interval holding 1 (or a difference interval holding 0) is within noise; one
+    without an interval cannot say."""
+    ratio = stats.ratio_ci([1.0, 1.04, 0.98, 1.06], [1.0, 1.01, 0.99, 1.02])
+    assert stats.within_noise(ratio) is True
+    assert stats.within_noise(stats.ratio_ci([2.0, 2.1, 2.05], [1.0, 1.02, 0.99])) is False
+    assert stats.within_noise(stats.diff_ci([0.1, -0.1, 0.05], [0.0, 0.02, -0.03]), 0.0)
+    assert stats.within_noise(stats.ratio_ci([1.0], [1.0, 1.1])) is None
+    assert stats.within_noise(None) is None

@@ -32,12 +32,14 @@ medians over repeats:
   warm-up, the timed epochs, writing), measured;
 - energy per run: when the counters were read (``gpu_energy_j`` for cuda, ``cpu_energy_j``
   for cpu; on cuda ``cpu_energy_j`` is added when present), their average power over the
-  timed epochs plus ``unmeasured_power_w``, times the run time (measured + assumed); else
-  ``system_power_w`` times the run time (assumed). A GPU's board counter alone is not the
-  whole system: the CPU feeding it, RAM, board, fans and PSU losses are the remainder;
+  timed epochs plus ``unmeasured_power_w``, times the run time (measured + assumed: mixed);
+  else ``system_power_w`` times the run time (an assumed power times a measured time: mixed
+  too). A GPU's board counter alone is not the whole system: the CPU feeding it, RAM, board,
+  fans and PSU losses are the remainder;
 - electricity: energy in kWh x ``price_per_kwh``;
-- hardware: ``hardware_price / (life_years x hours_per_year)`` per hour of run time;
-- waiting: ``wait_value_per_hour`` per hour of run time;
+- hardware: ``hardware_price / (life_years x hours_per_year)`` per hour of run time (an
+  assumed rate times a measured time: mixed);
+- waiting: ``wait_value_per_hour`` per hour of run time (mixed, likewise);
 - total per run and for ``runs`` runs;
 - cost to reach ``target_accuracy``: the same rates over the time until the end of the
   first epoch whose test accuracy reaches the target (plus the run's overhead), median
@@ -48,7 +50,8 @@ medians over repeats:
   never (infinite) when the GPU run is not cheaper.
 
 Every figure carries its basis: ``measured`` (clocks and counters of the study),
-``assumed`` (inputs of the cost model) or ``mixed`` (both).
+``assumed`` (inputs of the cost model) or ``mixed`` (both: any assumed power or rate times a
+measured time).
 """
 
 from __future__ import annotations
@@ -329,7 +332,8 @@ def compute(summary, epochs, model: CostModel) -> CostReport:
             continue
         run_s = float(np.median(runs))
         power = float(np.median(powers))
-        energy_basis = bases.pop() if len(bases) == 1 else MIXED
+        # the power times the measured run time: measured only when the power was
+        energy_basis = MEASURED if bases == {MEASURED} else MIXED
         energy_wh, electricity, hardware, waiting = _rates(model, device, power, run_s)
         total = electricity + hardware + waiting
         target_s = float(np.median(targets))  # inf when most repeats never got there
@@ -345,8 +349,8 @@ def compute(summary, epochs, model: CostModel) -> CostReport:
             env=str(env), device=str(device), loader=str(loader), n=len(runs),
             run_s=Figure(run_s, MEASURED), energy_wh=Figure(energy_wh, energy_basis),
             energy_note="; ".join(sorted(notes)),
-            electricity=Figure(electricity, energy_basis), hardware=Figure(hardware, ASSUMED),
-            waiting=Figure(waiting, ASSUMED), total=Figure(total, MIXED),
+            electricity=Figure(electricity, energy_basis), hardware=Figure(hardware, MIXED),
+            waiting=Figure(waiting, MIXED), total=Figure(total, MIXED),
             total_n=Figure(total * model.runs, MIXED), target_s=target_time,
             target_epoch=target_epoch, target_cost=target_cost))
     report.break_even = break_even(report.rows, model)

@@ -6,11 +6,18 @@ what is missing then. Figures are :class:`matplotlib.figure.Figure` objects draw
 Agg canvas, never registered with pyplot, so there is no global state and nothing to close
 (they are freed with their last reference). Seaborn supplies the style and palette through
 an ``rc_context``. Every axis label carries its unit.
+
+The PNGs have :data:`SCALE` (2) pixels per CSS pixel, so they stay sharp on HiDPI screens; the
+report shows them at :func:`css_size`. A series keeps one look across every chart: its colour
+comes from its device and precision (:func:`series_color`), its line style from its loader
+(:data:`LOADER_STYLES`), and, with several environments, its marker from the environment.
 """
 
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,11 +33,28 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 from . import schema, stats
 from .blog import blog_cells
 
-DPI = 100  # pixels per inch of the PNGs
-WIDTH = 11.0  # inches: 1100 px, the report's content width
+SCALE = 2  # PNG pixels per CSS pixel: sharp on HiDPI screens
+CSS_DPI = 100  # CSS pixels per inch of a chart as the report shows it
+DPI = CSS_DPI * SCALE  # pixels per inch of the PNGs
+WIDTH = 11.0  # inches: 1100 CSS px, the report's content width
 MAX_POINTS = 400  # points per time-series line (longer series are thinned)
 STATUS_COLORS = {"ok": "#4a9c5d", "oom": "#e69f00", "unavailable": "#b8b8b8",
                  "failed": "#d1495b"}
+#: Colour of each (device, precision) series, the same in every chart (seaborn's colorblind
+#: palette); any other series gets a colour of :data:`SPARE_COLORS` picked by its name.
+SERIES_COLORS = {
+    ("cpu", "fp32"): "#0173b2", ("cpu", "bf16"): "#56b4e9",
+    ("cuda", "fp32"): "#029e73", ("cuda", "tf32"): "#ca9161",
+    ("cuda", "bf16"): "#de8f05", ("cuda", "fp16"): "#d55e00",
+}
+SPARE_COLORS = ("#cc78bc", "#949494", "#fbafe4", "#8c564b", "#7f7f7f", "#17becf")
+#: Line style of each loader, the same in every chart.
+LOADER_STYLES = {"dataloader": "-", "resident": "--"}
+SPARE_STYLES = (":", "-.")
+#: Markers of the environments, in sorted order (cycled).
+ENV_MARKERS = ("o", "s", "^", "D", "v", "P")
+#: Palette of the phases: unlike the series' colours, so no phase reads as a device.
+PHASE_PALETTE = "Set2"
 #: Phases of the stacked bars, in stacking order, and their colours.
 PHASE_LABELS = {"data": "data loading", "forward": "forward", "backward": "backward",
                 "optimizer": "optimizer", "eval": "evaluation", "other": "other (loop)"}
@@ -73,19 +97,38 @@ def placeholder(title: str, why: str) -> bytes:
         return _png(fig)
 
 
+def series_color(device: str, precision: str) -> str:
+    """The colour of a device and precision in every chart (:data:`SERIES_COLORS`)."""
+    known = SERIES_COLORS.get((str(device), str(precision)))
+    if known is not None:
+        return known
+    return SPARE_COLORS[zlib.crc32(f"{device} {precision}".encode()) % len(SPARE_COLORS)]
+
+
+def loader_style(loader: str) -> str:
+    """The line style of a loader in every chart (:data:`LOADER_STYLES`)."""
+    known = LOADER_STYLES.get(str(loader))
+    if known is not None:
+        return known
+    return SPARE_STYLES[zlib.crc32(str(loader).encode()) % len(SPARE_STYLES)]
+
+
+def _env_markers(envs) -> dict[str, str]:
+    return {env: ENV_MARKERS[i % len(ENV_MARKERS)] for i, env in enumerate(sorted(set(envs)))}
+
+
+def css_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in CSS pixels at which the report shows ``png``: its pixel size over
+    :data:`SCALE`, read from the PNG header."""
+    width, height = struct.unpack(">II", png[16:24])
+    return width // SCALE, height // SCALE
+
+
 def _series(frame, keys: list[str], multi_env: bool) -> list[str]:
     """Label of each row: the values of ``keys``, with the env in front when there are
     several environments."""
     columns = (["env"] if multi_env else []) + keys
     return [" · ".join(str(v) for v in row) for row in frame[columns].itertuples(index=False)]
-
-
-def _palette(labels) -> dict[str, tuple]:
-    labels = list(dict.fromkeys(labels))
-    colors = sns.color_palette("colorblind", max(len(labels), 1))
-    if len(labels) > 10:
-        colors = sns.color_palette("husl", len(labels))
-    return dict(zip(labels, colors, strict=True))
 
 
 def _log2_batch_axis(ax, batch_sizes) -> None:
@@ -120,7 +163,7 @@ def phase_bars(summary) -> bytes | None:
     labels = _series(table, ["device", "loader"], multi)
     values = table[phases].to_numpy(dtype=float)
     shares = values / values.sum(axis=1, keepdims=True) * 100.0
-    colors = sns.color_palette("colorblind", len(phases))
+    colors = sns.color_palette(PHASE_PALETTE, len(phases))
     with mpl.rc_context(_rc()):
         fig = _figure(1.6 + 0.42 * len(labels))
         left, right = fig.subplots(1, 2, sharey=True)
@@ -192,7 +235,8 @@ def throughput(summary) -> bytes | None:
     envs = sorted(cells["env"].unique())
     loaders = sorted(cells["loader"].unique())
     cells = cells.assign(series=cells["device"] + " " + cells["precision"])
-    colors = _palette(sorted(cells["series"].unique()))
+    colors = {f"{d} {p}": series_color(d, p) for d, p in sorted(
+        set(zip(cells["device"], cells["precision"], strict=True)))}
     with mpl.rc_context(_rc()):
         fig = _figure(1.2 + 3.3 * len(envs))
         axes = _grid(fig, envs, loaders)
@@ -204,7 +248,7 @@ def throughput(summary) -> bytes | None:
                     g = group.groupby("batch_size")["samples_per_s"].agg(
                         ["median", "min", "max"]).sort_index()
                     ax.plot(g.index, g["median"], marker="o", ms=4, color=colors[series],
-                            label=series)
+                            ls=loader_style(loader), label=series)
                     ax.fill_between(g.index, g["min"], g["max"], color=colors[series],
                                     alpha=0.18, lw=0)
                 log = _throughput_axis(ax, cells["samples_per_s"])
@@ -246,7 +290,7 @@ def speedup(summary) -> bytes | None:
                                        "low", "high"])
     envs = sorted(table["env"].unique())
     loaders = sorted(table["loader"].unique())
-    colors = _palette(sorted(table["precision"].unique()))
+    colors = {p: series_color("cuda", p) for p in sorted(table["precision"].unique())}
     with mpl.rc_context(_rc()):
         fig = _figure(1.2 + 3.2 * len(envs))
         axes = _grid(fig, envs, loaders, sharey=False)
@@ -290,9 +334,9 @@ def precision(summary) -> bytes | None:
     rel = rel.assign(ratio=rel["samples_per_s"] / rel["fp32"])
     envs = sorted(rel["env"].unique())
     devices = sorted(rel["device"].unique())
-    colors = _palette(sorted(rel["precision"].unique()))
-    styles = {loader: style for loader, style in zip(
-        sorted(rel["loader"].unique()), ["-", "--", ":", "-."], strict=False)}
+    colors = {(d, p): series_color(d, p) for d, p in sorted(
+        set(zip(rel["device"], rel["precision"], strict=True)))}
+    styles = {loader: loader_style(loader) for loader in sorted(rel["loader"].unique())}
     with mpl.rc_context(_rc()):
         fig = _figure(1.3 + 3.0 * len(envs))
         axes = _grid(fig, envs, devices)
@@ -302,16 +346,17 @@ def precision(summary) -> bytes | None:
                 part = rel[(rel["env"] == env) & (rel["device"] == device)]
                 for (prec, loader), g in part.groupby(["precision", "loader"], sort=True):
                     g = g.sort_values("batch_size")
-                    ax.plot(g["batch_size"], g["ratio"], marker="o", ms=4, color=colors[prec],
-                            ls=styles[loader])
+                    ax.plot(g["batch_size"], g["ratio"], marker="o", ms=4,
+                            color=colors[(device, prec)], ls=styles[loader],
+                            label=f"{device} {prec}, {loader} loader")
                 ax.axhline(1.0, color="0.55", lw=3, alpha=0.6)
                 _log2_batch_axis(ax, rel["batch_size"])
                 title = f"{device}" + (f" — {env}" if len(envs) > 1 else "")
                 ax.set_title(text(title, 70))
                 if c == 0:
                     ax.set_ylabel("throughput relative to fp32\n(× fp32 samples/s)")
-        handles = [Line2D([], [], color=colors[p], marker="o", label=p)
-                   for p in colors]
+        handles = [Line2D([], [], color=colors[k], marker="o", label=f"{k[0]} {k[1]}")
+                   for k in colors]
         handles += [Line2D([], [], color="0.3", ls=s, label=f"{loader} loader")
                     for loader, s in styles.items()]
         handles.append(Line2D([], [], color="0.55", lw=3, alpha=0.6, label="fp32 (= 1×)"))
@@ -327,52 +372,138 @@ def _ok_rows(rows, summary):
     return rows.merge(ok, on=["env", "experiment", "cell"], how="inner")
 
 
+def _looks(rows) -> tuple[dict, list]:
+    """Per series label of ``rows`` (columns env, device, precision, loader, series): its
+    colour, line style and marker; and the legend handles, one per series."""
+    markers = _env_markers(rows["env"])
+    looks, handles = {}, []
+    keys = rows[["series", "env", "device", "precision", "loader"]].drop_duplicates("series")
+    for series, env, device, prec, loader in sorted(keys.itertuples(index=False, name=None)):
+        look = {"color": series_color(device, prec), "ls": loader_style(loader),
+                "marker": markers[env]}
+        looks[series] = look
+        handles.append(Line2D([], [], label=text(series), **look))
+    return looks, handles
+
+
 def convergence(epochs, summary=None) -> bytes | None:
     """Test loss and test accuracy per epoch of the ok convergence runs (all runs without
-    ``summary``), per (env,) device and loader: median over repeats, band = min-max."""
+    ``summary``), per (env,) device and loader: median over repeats, band = min-max. With a
+    single epoch, points with min-max error bars (a line through one point says nothing)."""
     rows = _ok_rows(epochs[epochs["experiment"] == "convergence"], summary).dropna(
         subset=["epoch", "test_loss", "test_acc"])
     if rows.empty:
         return None
     multi = rows["env"].nunique() > 1
-    rows = rows.assign(series=_series(rows, ["device", "loader"], multi))
-    colors = _palette(sorted(rows["series"].unique()))
+    rows = rows.assign(series=_series(rows, ["device", "precision", "loader"], multi))
+    looks, handles = _looks(rows)
+    epochs_seen = sorted(int(e) for e in rows["epoch"].unique())
+    single = len(epochs_seen) == 1
     with mpl.rc_context(_rc()):
         fig = _figure(4.4)
         loss_ax, acc_ax = fig.subplots(1, 2)
-        for series, group in rows.groupby("series", sort=True):
+        n_series = len(looks)
+        for index, (series, group) in enumerate(rows.groupby("series", sort=True)):
             agg = group.groupby("epoch")[["test_loss", "test_acc"]].agg(["median", "min",
                                                                          "max"])
+            look = looks[series]
             for ax, col in ((loss_ax, "test_loss"), (acc_ax, "test_acc")):
-                ax.plot(agg.index, agg[(col, "median")], marker="o", ms=3.5,
-                        color=colors[series], label=text(series))
-                ax.fill_between(agg.index, agg[(col, "min")], agg[(col, "max")],
-                                color=colors[series], alpha=0.18, lw=0)
-        epochs_seen = sorted(int(e) for e in rows["epoch"].unique())
+                med, low, high = (agg[(col, k)].to_numpy(dtype=float)
+                                  for k in ("median", "min", "max"))
+                if single:  # side by side around the epoch, each with its min-max bar
+                    x = agg.index.to_numpy(dtype=float) + (
+                        0.0 if n_series == 1 else 0.3 * (index / (n_series - 1) - 0.5))
+                    ax.errorbar(x, med, yerr=[med - low, high - med], fmt=look["marker"],
+                                ms=5, capsize=4, color=look["color"], label=text(series))
+                else:
+                    ax.plot(agg.index, med, ms=3.5, label=text(series), **look)
+                    ax.fill_between(agg.index, low, high, color=look["color"], alpha=0.18,
+                                    lw=0)
         for ax in (loss_ax, acc_ax):
             ax.set_xlabel("epoch (1-based)")
             step = max(1, len(epochs_seen) // 12)
             ax.set_xticks(epochs_seen[::step])
+            if single:
+                ax.set_xlim(epochs_seen[0] - 0.5, epochs_seen[0] + 0.5)
+                ax.margins(y=0.25)
         loss_ax.set_ylabel("test loss (mean cross-entropy, nats)")
-        loss_ax.set_title("Test loss")
+        loss_ax.set_title("Test loss" + (" after the only epoch" if single else ""))
         acc_ax.set_ylabel("test accuracy (%)")
-        acc_ax.set_title("Test accuracy")
-        handles, labels = loss_ax.get_legend_handles_labels()
-        _legend_below(fig, handles, labels, len(labels))
+        acc_ax.set_title("Test accuracy" + (" after the only epoch" if single else ""))
+        _legend_below(fig, handles, [h.get_label() for h in handles], len(handles))
         return _png(fig)
 
 
+#: Resource columns that are rates over the interval a sample closes (short intervals make
+#: them coarse: a 5 ms interval at a stage switch can read 2000 %).
+_RATE_COLUMNS = ("proc_cpu_pct", "sys_cpu_pct", "gpu_util_pct", "gpu_power_w")
+
+
+def trim_series(cell, interval: float | None = None):
+    """One cell's resource samples as the chart draws them: sorted by time, the ``done``
+    stage (the sampler's last row after training, which drops to 0) left out, and samples
+    closing less than half an interval (taken at a stage switch, whose rates spike) merged,
+    time-weighted, into their neighbours, the way the summary's peaks are computed."""
+    cell = cell.sort_values("t_s")
+    cell = cell[cell["stage"].astype(str) != "done"] if "stage" in cell else cell
+    t = cell["t_s"].to_numpy(dtype=float)
+    if t.size < 3:
+        return cell
+    dt = np.diff(t, prepend=np.nan)
+    if interval is None:
+        interval = float(np.nanmedian(dt[1:])) if t.size > 1 else 0.0
+    if not np.isfinite(interval) or interval <= 0:
+        return cell
+    rates = [c for c in _RATE_COLUMNS if c in cell]
+    values = cell[rates].to_numpy(dtype=float)
+    keep, merged = [], []
+    acc = np.zeros(len(rates))
+    weight = np.zeros(len(rates))
+    acc_dt = 0.0
+    for i in range(t.size):
+        d = dt[i]
+        if not np.isfinite(d) or d <= 0:  # the first row: no interval before it
+            keep.append(i)
+            merged.append(values[i])
+            continue
+        ok = np.isfinite(values[i])
+        acc[ok] += values[i][ok] * d
+        weight[ok] += d
+        acc_dt += d
+        if acc_dt >= 0.5 * interval:
+            keep.append(i)
+            merged.append(np.where(weight > 0, acc / np.where(weight > 0, weight, 1), np.nan))
+            acc[:] = 0
+            weight[:] = 0
+            acc_dt = 0.0
+    if acc_dt > 0 and len(keep) > 1:  # a short remainder joins the last window
+        last = merged[-1]
+        prev_dt = t[keep[-1]] - t[keep[-2]]
+        ok = np.isfinite(last) & (weight > 0)
+        last[ok] = (last[ok] * prev_dt + acc[ok]) / (prev_dt + weight[ok])
+    out = cell.iloc[keep].copy()
+    out[rates] = np.vstack(merged) if merged else values[:0]
+    return out
+
+
 def resources(res, summary=None) -> bytes | None:
-    """Process CPU %, RSS and GPU utilisation over time of one repeat (the lowest) of each
-    ok convergence run (all runs without ``summary``), one column per device."""
+    """Process CPU %, RSS and GPU utilisation over time of one repeat (the lowest, named in
+    the legend) of each ok convergence run (all runs without ``summary``), one column per
+    device; each series trimmed by :func:`trim_series`."""
     rows = _ok_rows(res[res["experiment"] == "convergence"], summary).dropna(subset=["t_s"])
     if rows.empty:
         return None
     first = rows.groupby(["env", "device", "loader"])["repeat"].transform("min")
     rows = rows[rows["repeat"] == first]
     multi = rows["env"].nunique() > 1
-    rows = rows.assign(series=_series(rows, ["device", "loader"], multi))
-    colors = _palette(sorted(rows["series"].unique()))
+    rows = rows.assign(series=[f"{label}, repeat {int(r)}" for label, r in zip(
+        _series(rows, ["device", "precision", "loader"], multi), rows["repeat"],
+        strict=True)])
+    import pandas as pd
+
+    rows = pd.concat([trim_series(cell) for _, cell in
+                      rows.groupby(["env", "experiment", "cell"], sort=False)])
+    looks, handles = _looks(rows)
     metrics = [("proc_cpu_pct", "process CPU\n(%, 100 = one core)"),
                ("rss_mb", "resident memory\n(MiB)")]
     if rows["gpu_util_pct"].notna().any():
@@ -386,11 +517,12 @@ def resources(res, summary=None) -> bytes | None:
             for r, (col, label) in enumerate(metrics):
                 ax = axes[r][c]
                 for series, g in part.groupby("series", sort=True):
-                    g = g.dropna(subset=[col]).sort_values("t_s")
+                    g = g.dropna(subset=[col])
                     if len(g) > MAX_POINTS:  # thin long series: the chart is 500 px wide
                         g = g.iloc[:: len(g) // MAX_POINTS + 1]
                     if not g.empty:
-                        ax.plot(g["t_s"], g[col], lw=1.1, color=colors[series],
+                        look = looks[series]
+                        ax.plot(g["t_s"], g[col], lw=1.1, color=look["color"], ls=look["ls"],
                                 label=text(series))
                 if c == 0:
                     ax.set_ylabel(label)
@@ -402,8 +534,8 @@ def resources(res, summary=None) -> bytes | None:
                     ax.set_ylim(0, 105)
                 else:
                     ax.set_ylim(bottom=0)
-        handles = [Line2D([], [], color=colors[s], label=text(s))
-                   for s in colors]
+        handles = [Line2D([], [], color=h.get_color(), ls=h.get_linestyle(),
+                          label=h.get_label()) for h in handles]
         _legend_below(fig, handles, [h.get_label() for h in handles], len(handles))
         return _png(fig)
 
@@ -478,7 +610,7 @@ class Chart:
 
     def render(self, tables) -> bytes | None:
         """PNG bytes of this chart from the aggregated tables, None when it has no data."""
-        return self.draw(*(getattr(tables, name) for name in self.sources))
+        return self.draw(*(getattr(tables, name).copy() for name in self.sources))
 
 
 #: Every chart of the report, in order. ``sources``: the tables (attributes of

@@ -16,6 +16,11 @@ Epochs within a run are not independent and are never pooled.
   :data:`SEED`, so a report is reproducible), the ratio of the resampled medians is taken,
   and its 2.5 and 97.5 percentiles bound the 95 % interval. It needs at least 2 observations
   on each side.
+- :func:`diff_ci`: the difference of two medians (an accuracy effect, in points) with the same
+  percentile bootstrap.
+- :func:`within_noise`: whether an interval contains the value of "no effect" (1 for a ratio,
+  0 for a difference), so a small ratio such as 1.04x is never reported as an effect when its
+  interval says it may be none.
 """
 
 from __future__ import annotations
@@ -124,6 +129,38 @@ def ratio_ci(numerator: Iterable[float], denominator: Iterable[float],
     low, high = np.quantile(ratios, [alpha / 2, 1 - alpha / 2])
     return Estimate(ratio, float(low), float(high), n, confidence,
                     "percentile bootstrap of the ratio of medians")
+
+
+def diff_ci(first: Iterable[float], second: Iterable[float],
+            confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
+            seed: int = SEED) -> Estimate | None:
+    """``median(first) - median(second)`` with a percentile-bootstrap interval (each side
+    resampled independently). None when a side is empty; no interval when a side has a single
+    observation. ``n`` is the smaller of the two sample sizes."""
+    a = _clean(first)
+    b = _clean(second)
+    if a.size == 0 or b.size == 0:
+        return None
+    diff = float(np.median(a)) - float(np.median(b))
+    n = int(min(a.size, b.size))
+    if n < 2:
+        return Estimate(diff, None, None, n, None,
+                        "single observation on one side: no interval")
+    rng = np.random.default_rng(seed)
+    boot_a = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
+    boot_b = np.median(rng.choice(b, size=(n_boot, b.size), replace=True), axis=1)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(boot_a - boot_b, [alpha / 2, 1 - alpha / 2])
+    return Estimate(diff, float(low), float(high), n, confidence,
+                    "percentile bootstrap of the difference of medians")
+
+
+def within_noise(est: Estimate | None, null: float = 1.0) -> bool | None:
+    """Whether ``est``'s interval contains ``null`` (1: no speed-up; 0: no difference), i.e.
+    the data cannot tell the effect from none. None when there is no interval to say."""
+    if est is None or not est.has_interval:
+        return None
+    return est.low <= null <= est.high
 
 
 def spread(values: Iterable[float]) -> tuple[float, float, float, int] | None:
