@@ -33,6 +33,8 @@ RUN set --; \
     python3 -c "import ensurepip, venv" 2>/dev/null || set -- "$@" python3-venv; \
     command -v setpriv >/dev/null || set -- "$@" util-linux; \
     command -v tini >/dev/null || set -- "$@" tini; \
+    ldconfig -p | grep -q libjemalloc.so.2 || set -- "$@" libjemalloc2; \
+    ldconfig -p | grep -q libtcmalloc_minimal.so.4 || set -- "$@" libtcmalloc-minimal4; \
     if [ "$#" -gt 0 ]; then \
       apt-get update; \
       apt-get install -y --no-install-recommends "$@"; \
@@ -69,14 +71,14 @@ ARG PIP_INDEX_URL=https://pypi.org/simple
 ARG WHEELHOUSE=""
 ARG PIP_ROOT_USER_ACTION=ignore
 # torch first and on its own, from TORCH_INDEX_URL only: nothing else may pull another build.
-COPY requirements/torch.txt /tmp/requirements/torch.txt
+COPY envs/pip/torch.txt /tmp/requirements/torch.txt
 RUN pip install --no-cache-dir --disable-pip-version-check \
       ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} \
       --index-url "$TORCH_INDEX_URL" -r /tmp/requirements/torch.txt
 # The runtime dependencies and the workflow engine (the snakemake and jsonschema pins of
 # dev.txt; the image needs none of the other development tools), torch held where it is.
 # requirements.lock records every installed version.
-COPY requirements/base.txt requirements/dev.txt /tmp/requirements/
+COPY envs/pip/base.txt envs/pip/dev.txt /tmp/requirements/
 RUN grep -E '^(snakemake|jsonschema)==' /tmp/requirements/dev.txt >/tmp/requirements/workflow.txt; \
     pip install --no-cache-dir --disable-pip-version-check \
       ${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"} \

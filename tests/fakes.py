@@ -445,14 +445,14 @@ def _write_csv(path: Path, columns: Mapping[str, object], rows: list[dict]) -> N
 # ``mnistbench.report.write_report``.
 
 #: Epoch-time speed-up of each fake tip over the baseline, per device (tips missing on a
-#: device are not run there: pin_memory, cudnn.benchmark off and amp-fp16 on the CPU).
+#: device are not run there: pin_memory, cudnn.benchmark and amp-fp16 on the CPU).
 TIP_SPEEDUPS = {
     "cpu": {"baseline": 1.0, "workers=4": 1.32, "workers=cores": 1.36, "amp-bf16": 0.97,
-            "max batch": 1.45, "resident": 1.41, "compile": 1.12, "tuned": 1.55,
-            "allocator=jemalloc": 1.01, "all": 1.7},
+            "max-batch": 1.45, "resident": 1.41, "compile": 1.12, "tuned": 1.55,
+            "allocator": 1.01, "all": 1.7},
     "cuda": {"baseline": 1.0, "pin_memory": 1.08, "workers=4": 2.1, "workers=cores": 2.3,
-             "amp-bf16": 1.15, "amp-fp16": 1.2, "cudnn.benchmark off": 0.93, "max batch": 3.5,
-             "resident": 3.3, "compile": 1.1, "tuned": 3.6, "allocator=jemalloc": 1.0,
+             "amp-bf16": 1.15, "amp-fp16": 1.2, "cudnn.benchmark": 0.93, "max-batch": 3.5,
+             "resident": 3.3, "compile": 1.1, "tuned": 3.6, "allocator": 1.0,
              "all": 4.2},
 }
 

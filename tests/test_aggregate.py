@@ -384,3 +384,60 @@ def test_load_tables_rejects_a_cell_without_precision(runs, tmp_path):
     cell = "/".join(rows[3][k] for k in schema.ID_COLUMNS)
     assert str(info.value).startswith(f"{tmp_path / 'summary.csv'} has no precision for the "
                                       f"cell(s) {cell};")
+
+
+# --------------------------------------------------------------------------- hardware labels
+
+@pytest.mark.parametrize(("row", "label"), [
+    ({"device": "cpu", "cpu_model": "AMD EPYC 7B13", "cpu_capability": "AVX2",
+      "cpu_flags": "avx2"}, "AMD EPYC 7B13 · AVX2"),
+    ({"device": "cpu", "cpu_model": "Intel Xeon Platinum 8480+", "cpu_capability": "AVX512",
+      "cpu_flags": "avx2 avx512f avx512_bf16 amx_tile amx_bf16"},
+     "Intel Xeon Platinum 8480+ · AVX512 (avx512_bf16, amx_bf16)"),
+    ({"device": "cpu", "cpu_model": "Neoverse-V2", "cpu_capability": "SVE256",
+      "cpu_flags": "sve sve2 bf16"}, "Neoverse-V2 · SVE256 (bf16)"),
+    ({"device": "cpu", "cpu_model": "Old CPU"}, "Old CPU"),
+    ({"device": "cpu", "cpu_model": float("nan")}, "unknown CPU"),
+    ({"device": "cuda", "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_backend": "cuda",
+      "cpu_capability": "AVX512"}, "NVIDIA H100 80GB HBM3 · CUDA"),
+    ({"device": "cuda", "gpu_name": "AMD Instinct MI300X", "gpu_backend": "rocm"},
+     "AMD Instinct MI300X · ROCm/HIP"),
+    ({"device": "xpu", "gpu_name": "Intel(R) Data Center GPU Max 1550", "gpu_backend": "xpu"},
+     "Intel(R) Data Center GPU Max 1550 · Intel XPU"),
+    ({"device": "mps", "gpu_name": "", "gpu_backend": ""}, "Apple MPS (no device)"),
+])
+def test_hardware_label(row, label):
+    """A cpu cell is labelled by CPU model, ISA and bf16 flags; an accelerator cell by GPU and
+    backend (ROCm/HIP for a cuda cell on AMD); older summaries by the model alone."""
+    assert aggregate.hardware_label(row) == label
+
+
+def test_same_cpu_model_with_another_isa_is_other_hardware(tmp_path):
+    """Two environments that differ only in ISA (the same CPU model name, one with AVX512 and
+    AMX) get different hardware labels in summary.csv and show side by side in the report,
+    each with its own rows: never pooled."""
+    from fakes import MACHINES
+
+    from mnistbench import report
+
+    base = MACHINES[1]
+    machines = {"avx2": base,
+                "avx512": base.isa("AVX512", "avx2 avx512f avx512_bf16 amx_tile amx_bf16")}
+    runs = tmp_path / "runs"
+    make_study(runs, envs=tuple(machines), machines=machines, gpu=False, devices=("cpu",),
+               experiments=("convergence",), repeats=2, convergence_epochs=2,
+               hostnames={"avx2": "node", "avx512": "node"})
+    aggregate.aggregate(runs, tmp_path / "results")
+    rows = _rows(tmp_path / "results" / "summary.csv")
+    labels = {r["env"]: {r["hardware"]} for r in rows}
+    assert labels == {"avx2": {f"{base.cpu_model} · AVX2"},
+                      "avx512": {f"{base.cpu_model} · AVX512 (avx512_bf16, amx_bf16)"}}
+    bf16 = {r["env"]: r["cpu_bf16"] for r in rows}
+    assert bf16 == {"avx2": "emulated", "avx512": "native"}
+    tables = aggregate.load_tables(tmp_path / "results")
+    assert tables.summary.groupby("hardware").size().to_dict() == {
+        next(iter(labels["avx2"])): 4, next(iter(labels["avx512"])): 4}
+    html = report.render_report(tmp_path / "results",
+                                tmp_path / "report" / "index.html").read_text()
+    for (label,) in labels.values():
+        assert label in html

@@ -34,6 +34,9 @@ from mnistbench import __version__, data, schema, study, sysinfo
 REPO = Path(__file__).resolve().parents[1]
 CPU_DOCKERFILE = REPO / "docker" / "cpu.Dockerfile"
 CUDA_DOCKERFILE = REPO / "docker" / "cuda.Dockerfile"
+#: The images for the other vendors' GPUs (untested: their wheels are not reachable here).
+VENDOR_DOCKERFILES = {"rocm": REPO / "docker" / "rocm.Dockerfile",
+                      "xpu": REPO / "docker" / "xpu.Dockerfile"}
 IMAGE_VAR = "MNISTBENCH_DOCKER_IMAGE"
 BUILD_ARGS_VAR = "MNISTBENCH_DOCKER_BUILD_ARGS"
 REQUIRE_VAR = "MNISTBENCH_REQUIRE_DOCKER"
@@ -80,9 +83,32 @@ def test_dockerfiles_differ_only_in_variant_lines():
     assert variants == 3  # BASE_IMAGE, TORCH_INDEX_URL, IMAGE_NAME
 
 
+@pytest.mark.parametrize("kind", sorted(VENDOR_DOCKERFILES))
+def test_vendor_dockerfiles_follow_the_cpu_image(kind):
+    """rocm.Dockerfile and xpu.Dockerfile are cpu.Dockerfile except the three (variant)
+    lines: PyTorch's ROCm or XPU wheel index, their base image and image name; each says in
+    its header that it is untested and how its container gets the GPU."""
+    path = VENDOR_DOCKERFILES[kind]
+    cpu, other = _instructions(CPU_DOCKERFILE), _instructions(path)
+    assert len(cpu) == len(other), f"{path.name} has other instructions than cpu.Dockerfile"
+    for (cpu_variant, cpu_line), (variant, line) in zip(cpu, other, strict=True):
+        assert cpu_variant == variant, (cpu_line, line)
+        if variant:
+            assert cpu_line.split("=", 1)[0] == line.split("=", 1)[0]
+        else:
+            assert cpu_line == line
+    args = dict(line.split(" ", 1)[1].split("=", 1) for variant, line in other if variant)
+    assert args["TORCH_INDEX_URL"].startswith(f"https://download.pytorch.org/whl/{kind}")
+    assert args["IMAGE_NAME"] == f"mnistbench:{kind}"
+    header = path.read_text().split("\n\n", 1)[0]
+    assert "UNTESTED" in header and "--device /dev/dri" in header
+    if kind == "rocm":
+        assert "--device /dev/kfd" in header
+
+
 def test_dockerfile_variant_defaults():
     """The CPU image takes the CPU-only torch wheels, the CUDA image PyPI's CUDA build on a
-    base image of the same CUDA version as the torch build pinned in requirements/torch.txt
+    base image of the same CUDA version as the torch build pinned in envs/pip/torch.txt
     (the .venv's), and both pin their base image to a release."""
     def args(path: Path) -> dict[str, str]:
         return dict(line.split(" ", 1)[1].split("=", 1) for variant, line in _instructions(path)
@@ -96,14 +122,14 @@ def test_dockerfile_variant_defaults():
     assert base, cuda["BASE_IMAGE"]
     assert (cpu["IMAGE_NAME"], cuda["IMAGE_NAME"]) == ("mnistbench:cpu", "mnistbench:cuda")
     # The pinned torch's CUDA version, from the .venv, which holds that pin's PyPI wheel.
-    torch_pin = re.search(r"^torch==(\S+)", (REPO / "requirements" / "torch.txt").read_text(),
+    torch_pin = re.search(r"^torch==(\S+)", (REPO / "envs" / "pip" / "torch.txt").read_text(),
                           re.MULTILINE)
-    assert torch_pin, "requirements/torch.txt pins no torch"
+    assert torch_pin, "envs/pip/torch.txt pins no torch"
     import torch
 
     installed = torch.__version__.split("+")[0]
     assert installed == torch_pin[1], (
-        f"the .venv holds torch {torch.__version__}, requirements/torch.txt pins "
+        f"the .venv holds torch {torch.__version__}, envs/pip/torch.txt pins "
         f"{torch_pin[1]}: run scripts/setup")
     if torch.version.cuda is None:
         pytest.skip(f"torch {torch.__version__} here is a CPU-only build: its CUDA version, "
@@ -114,12 +140,13 @@ def test_dockerfile_variant_defaults():
 
 
 def test_hadolint_passes_on_both_dockerfiles():
-    """hadolint (requirements/dev.txt) reports nothing on either Dockerfile."""
+    """hadolint (envs/pip/dev.txt) reports nothing on either Dockerfile."""
     hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or \
         shutil.which("hadolint")
     if hadolint is None:
-        pytest.skip("hadolint is not installed (pip install -r requirements/dev.txt)")
-    proc = subprocess.run([hadolint, str(CPU_DOCKERFILE), str(CUDA_DOCKERFILE)],
+        pytest.skip("hadolint is not installed (pip install -r envs/pip/dev.txt)")
+    proc = subprocess.run([hadolint, str(CPU_DOCKERFILE), str(CUDA_DOCKERFILE),
+                           *map(str, VENDOR_DOCKERFILES.values())],
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -353,7 +380,7 @@ def test_environment_name(image, image_env, monkeypatch):
 def test_arguments_pass_through_to_snakemake(image, tmp_path):
     """Arguments after the image go to ``snakemake --cores all``: --version prints the pinned
     Snakemake, and a dry run of config/quick.yaml plans this environment's cells."""
-    pin = re.search(r"^snakemake==(\S+)$", (REPO / "requirements" / "dev.txt").read_text(),
+    pin = re.search(r"^snakemake==(\S+)$", (REPO / "envs" / "pip" / "dev.txt").read_text(),
                     re.MULTILINE)
     assert pin is not None
     assert _run(image, "--version").stdout.strip() == pin.group(1)
@@ -465,7 +492,7 @@ def test_code_change_rebuild_reuses_dependency_layers(image, tmp_path):
                     "that image, which the cache depends on, are unknown")
     context = tmp_path / "context"
     context.mkdir()
-    for name in ("Snakefile", "pyproject.toml", "README.md", "LICENSE", "requirements", "src",
+    for name in ("Snakefile", "pyproject.toml", "README.md", "LICENSE", "envs", "src",
                  "workflow", "config", "docker"):
         source = REPO / name
         if source.is_dir():

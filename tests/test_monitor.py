@@ -15,6 +15,7 @@ import pytest
 
 from mnistbench import monitor, schema
 from mnistbench.monitor import STAGES, NvmlGpu, Rapl, ResourceMonitor
+from mnistbench.schema import RESOURCE_COLUMNS
 
 COLUMNS = list(schema.RESOURCE_COLUMNS)
 GPU_COLUMNS = ("gpu_util_pct", "gpu_mem_mb", "gpu_power_w", "gpu_energy_j")
@@ -312,7 +313,9 @@ def test_summary_is_time_weighted_and_merges_short_rows_for_peaks():
     assert s["gpu_power_mean_w"] == pytest.approx((300 * 0.5 + 100 * 1.51) / 2.01)
     empty = mon.summary("warmup")
     assert set(empty) == {"cpu_pct_mean", "cpu_pct_peak", "peak_rss_mb", "gpu_util_mean",
-                          "gpu_util_peak", "gpu_power_mean_w"}
+                          "gpu_util_peak", "gpu_power_mean_w", "system_load_mean",
+                          "others_load_mean", "busy"}
+    assert empty["busy"] is None  # nothing measured: neither busy nor quiet
     assert empty["cpu_pct_mean"] is None and empty["gpu_util_peak"] is None
     assert empty["peak_rss_mb"] == 900.0
 
@@ -606,3 +609,187 @@ def test_cuda_index_maps_to_nvml_device(monkeypatch, visible, index, uuid, looku
     fake = FakeNvml()
     NvmlGpu(index, gpu_uuid=uuid, nvml=fake).close()
     assert fake.lookups == [lookup]
+
+
+# --------------------------------------------------------------------------- GPU state, AMD SMI
+
+
+class StatefulNvml(FakeNvml):
+    """FakeNvml with clocks, an enforced power limit and throttle reasons (the newer NVML
+    name fails as on an older driver, so the older one is used)."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.clocks = {1: 1980, 2: 2619}
+        self.reasons = 0x4 | 0x20
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return self.clocks[kind]
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 700_000  # mW
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        raise RuntimeError("Function Not Found")
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle):
+        return self.reasons
+
+
+def test_nvml_state_reads_clocks_power_limit_and_throttle_reasons():
+    """NvmlGpu.state gives the SM and memory clocks (MHz), the enforced limit (W) and the
+    throttle reasons by name, falling back to the older NVML call."""
+    gpu = NvmlGpu(0, nvml=StatefulNvml())
+    assert gpu.state() == {"sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0,
+                           "power_limit_w": 700.0, "throttle": "sw_power_cap+sw_thermal"}
+    assert NvmlGpu(0, nvml=FakeNvml()).state() == {
+        "sm_clock_mhz": None, "mem_clock_mhz": None, "power_limit_w": None, "throttle": None}
+
+
+def test_throttle_text_names_every_reason():
+    """No reason is none, known bits by name, unknown bits in hex, unknown mask None."""
+    assert monitor.throttle_text(0) == "none"
+    assert monitor.throttle_text(0x1 | 0x8 | 0x80) == "idle+hw_slowdown+hw_power_brake"
+    assert monitor.throttle_text(0x4 | 0x1000) == "sw_power_cap+0x1000"
+    assert monitor.throttle_text(None) is None
+
+
+def test_monitor_records_gpu_state_at_start_and_end():
+    """record_gpu_state keeps the state at the start and end of the timed epochs, and
+    gpu_states gives them as the summary's result fields; empty without a GPU."""
+    fake = StatefulNvml()
+    with ResourceMonitor(interval=60.0, gpu_index=0, nvml=fake) as mon:
+        mon.record_gpu_state("start")
+        fake.clocks[1], fake.reasons = 1410, 0x4
+        mon.record_gpu_state("end")
+    states = mon.gpu_states()
+    assert set(states) <= set(schema.RESULT_FIELDS) and len(states) == 8
+    assert (states["gpu_sm_clock_start_mhz"], states["gpu_sm_clock_end_mhz"]) == (1980.0, 1410.0)
+    assert states["gpu_power_limit_start_w"] == states["gpu_power_limit_end_w"] == 700.0
+    assert (states["gpu_throttle_start"], states["gpu_throttle_end"]) == (
+        "sw_power_cap+sw_thermal", "sw_power_cap")
+    with ResourceMonitor(interval=60.0) as bare:
+        bare.record_gpu_state("start")
+    assert set(bare.gpu_states().values()) == {None}
+    with pytest.raises(ValueError, match="start or end"):
+        mon.record_gpu_state("middle")
+
+
+class FakeAmdSmi:
+    """Stands in for ROCm's amdsmi module: one MI300X-like device; ``counter`` False makes
+    the energy accumulator unsupported ("N/A"), as on some boards."""
+
+    class AmdSmiClkType:
+        GFX, MEM = "gfx", "mem"
+
+    def __init__(self, counter: bool = True):
+        self.counter = counter
+        self.energy = 1000
+        self.power = 550
+        self.shutdowns = 0
+
+    def amdsmi_init(self):
+        pass
+
+    def amdsmi_shut_down(self):
+        self.shutdowns += 1
+
+    def amdsmi_get_processor_handles(self):
+        return ["gpu0", "gpu1"]
+
+    def amdsmi_get_energy_count(self, handle):
+        if not self.counter:
+            return {"energy_accumulator": "N/A", "counter_resolution": "N/A"}
+        return {"energy_accumulator": self.energy, "counter_resolution": 15.3, "timestamp": 0}
+
+    def amdsmi_get_power_info(self, handle):
+        return {"current_socket_power": self.power, "average_socket_power": "N/A"}
+
+    def amdsmi_get_gpu_activity(self, handle):
+        return {"gfx_activity": 93, "umc_activity": 40, "mm_activity": "N/A"}
+
+    def amdsmi_get_gpu_vram_usage(self, handle):
+        return {"vram_used": 2048, "vram_total": 196592}
+
+    def amdsmi_get_clock_info(self, handle, kind):
+        return {"clk": {"gfx": 2100, "mem": 1300}[kind], "min_clk": 500, "max_clk": 2100}
+
+    def amdsmi_get_power_cap_info(self, handle):
+        return {"power_cap": 750_000_000, "default_power_cap": 750_000_000}  # uW
+
+    def amdsmi_get_gpu_metrics_info(self, handle):
+        return {"throttle_status": 0}
+
+
+def test_amdsmi_gpu_reads_power_energy_and_state():
+    """AmdSmiGpu reads utilisation, VRAM, socket power and the energy accumulator (count x
+    resolution in uJ), and clocks, power cap and throttle status; written against ROCm's
+    amdsmi API, run here against a fake of it only."""
+    smi = FakeAmdSmi()
+    gpu = monitor.AmdSmiGpu(0, amdsmi=smi)
+    assert gpu.energy_source == "amdsmi-counter"
+    smi.energy += 1_000_000
+    row = gpu.read(time.perf_counter())
+    assert row["gpu_util_pct"] == 93.0 and row["gpu_mem_mb"] == 2048.0
+    assert row["gpu_power_w"] == 550.0
+    assert row["gpu_energy_j"] == pytest.approx(15.3)
+    assert gpu.state() == {"sm_clock_mhz": 2100.0, "mem_clock_mhz": 1300.0,
+                           "power_limit_w": 750.0, "throttle": "none"}
+    gpu.close()
+    assert smi.shutdowns == 1
+
+
+def test_amdsmi_without_a_counter_integrates_power():
+    """Without an energy accumulator the energy is the power integral over time."""
+    gpu = monitor.AmdSmiGpu(0, amdsmi=FakeAmdSmi(counter=False))
+    assert gpu.energy_source == "amdsmi-power-integral"
+    t0 = gpu._last_power[0]
+    assert gpu.energy_j(t0 + 2.0) == pytest.approx(1100.0)
+
+
+def test_amdsmi_follows_hip_visible_devices(monkeypatch):
+    """Visible GPU 0 under HIP_VISIBLE_DEVICES=1 is AMD SMI's device 1."""
+    monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
+    assert monitor.AmdSmiGpu(0, amdsmi=FakeAmdSmi()).handle == "gpu1"
+
+
+def test_monitor_uses_amdsmi_for_an_amd_gpu():
+    """gpu_vendor amd samples through AMD SMI: GPU columns, its energy source, its state."""
+    with ResourceMonitor(interval=60.0, gpu_index=0, gpu_vendor="amd",
+                         amdsmi=FakeAmdSmi()) as mon:
+        mon.record_gpu_state("start")
+    assert mon.gpu_energy_source == "amdsmi-counter"
+    assert mon.rows[0]["gpu_power_w"] == 550.0
+    assert mon.gpu_states()["gpu_sm_clock_start_mhz"] == 2100.0
+
+
+def test_amd_gpu_without_amdsmi_has_no_power_source(monkeypatch):
+    """Where amdsmi cannot be imported (as here), an AMD GPU's columns stay empty and the
+    reason says why: energy then counts as assumed in the cost table."""
+    monkeypatch.setitem(sys.modules, "amdsmi", None)
+    with ResourceMonitor(interval=60.0, gpu_index=0, gpu_vendor="amd") as mon:
+        pass
+    assert mon.gpu_energy_source is None
+    assert "amdsmi" in mon.gpu_unavailable_reason
+    assert mon.rows[0]["gpu_power_w"] is None
+
+
+def test_summary_flags_a_machine_others_kept_busy(monkeypatch):
+    """The machine's load over the stage is recorded, and the part other processes used
+    decides busy: 2 cores at 90 % busy while the cell used one core (50 %) is busy."""
+    monkeypatch.setattr(monitor.psutil, "cpu_count", lambda *a, **k: 2)
+    mon = ResourceMonitor(interval=0.5)
+    base = {c: None for c in RESOURCE_COLUMNS}
+    mon.rows = [{**base, "t_s": 0.5, "stage": "train", "proc_cpu_pct": 100.0,
+                 "sys_cpu_pct": 90.0},
+                {**base, "t_s": 1.0, "stage": "train", "proc_cpu_pct": 100.0,
+                 "sys_cpu_pct": 60.0}]
+    mon._dts = [0.5, 0.5]
+    s = mon.summary("train")
+    assert s["system_load_mean"] == pytest.approx(75.0)
+    assert s["others_load_mean"] == pytest.approx(25.0) and s["busy"] is False
+    mon.rows[1]["sys_cpu_pct"] = 90.0
+    s = mon.summary("train")
+    assert s["others_load_mean"] == pytest.approx(40.0) and s["busy"] is True

@@ -267,3 +267,52 @@ def test_the_study_model_imports_with_torch_blocked():
                           check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "cpu-fp32-resident-b128-r0"
+
+
+# ------------------------------------------------------------------------------ tips
+def tips_cells(devices=("cpu", "cuda"), cores=8) -> list[Cell]:
+    """Repeat 0 of the shipped tips experiment on ``devices``."""
+    experiments = schema_defaults()["experiments"]
+    cells = build_matrix(experiments, list(devices), 0, lambda device: [("e", None)], cores)
+    return [c for c in cells if c.experiment == "tips" and c.repeat == 0]
+
+
+def test_tips_run_the_baseline_and_every_lever_that_applies_to_the_device():
+    """On a CPU, pinned memory, cudnn.benchmark and fp16 are not cells (the report says why);
+    on CUDA every lever is; every cell has its own id and the blog's baseline settings."""
+    cells = tips_cells()
+    cpu = {c.tip for c in cells if c.device == "cpu"}
+    cuda = {c.tip for c in cells if c.device == "cuda"}
+    assert cuda == set(study.TIP_NAMES)
+    assert cpu == set(study.TIP_NAMES) - {"pin_memory", "cudnn.benchmark", "amp-fp16"}
+    for name in set(study.TIP_NAMES) - cpu:
+        assert study.tip_by_name(name).not_applicable
+    assert len({c.id for c in cells}) == len(cells)
+    base = next(c for c in cells if c.device == "cpu" and c.tip == "baseline")
+    assert (base.loader, base.precision, base.batch_size, base.workers, base.pin_memory,
+            base.implementation, base.cudnn_benchmark, base.allocator) == (
+        "dataloader", "fp32", 128, 0, False, "stock", False, "glibc")
+
+
+def test_combined_tips_leave_out_what_a_device_lacks_and_resolve_amp_and_cores():
+    """blog-all on a CPU keeps workers, bf16 and max batch but no pinned memory or cudnn;
+    on CUDA its amp is fp16; workers=cores is the machine's logical cores."""
+    cells = {(c.device, c.tip): c for c in tips_cells(cores=6)}
+    cpu_all = cells["cpu", "blog-all"]
+    assert (cpu_all.workers, cpu_all.precision, cpu_all.max_batch, cpu_all.pin_memory,
+            cpu_all.cudnn_benchmark) == (4, "bf16", True, False, False)
+    assert cells["cuda", "blog-all"].precision == "fp16" and cells["cuda", "blog-all"].pin_memory
+    assert cells["cpu", "workers=cores"].workers == 6
+    assert cells["cpu", "max-batch"].id == "cpu-fp32-dataloader-bmax-max-batch-r0"
+
+
+def test_tip_flags_parse_back_to_the_cell_settings():
+    """A tips cell's train flags, after the study-wide ones, parse to the tip's settings."""
+    from mnistbench import options
+
+    cell = next(c for c in tips_cells() if c.device == "cuda" and c.tip == "blog-all")
+    study_wide = ["--workers", "0", "--no-pin-memory", "--allocator", "auto"]
+    args = options.train_parser().parse_args([*study_wide, *cell.train_args(), "--out", "x"])
+    assert (args.tip, args.workers, args.pin_memory, args.implementation,
+            args.cudnn_benchmark, args.allocator, args.max_batch, args.precision) == (
+        "blog-all", 4, True, "stock", True, "glibc", True, "fp16")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_TRAIN
 
 from mnistbench import atomic, cli, schema, train
 from mnistbench.devices import SUPPORTED
@@ -462,3 +463,146 @@ def test_non_finite_measurement_is_written_as_null(tmp_path, tiny_mnist, monkeyp
     code, _, out = run(tmp_path, tiny_mnist)
     summary = strict_json(out / schema.SUMMARY_FILE)
     assert code == 0 and summary["results"]["cpu_pct_mean"] is None
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cpu_cell_records_its_isa_and_bf16_path(tmp_path, tiny_mnist, precision) -> None:
+    """A cell on this machine records the ISA torch dispatches to, the CPU's bf16 flags and
+    oneDNN version, how its bf16 ran (native or emulated, as model.py decides; empty for
+    fp32) and that the host clock timed it."""
+    from mnistbench import model
+
+    code, summary, _ = run(tmp_path, tiny_mnist, precision=precision)
+    assert code == 0, summary["reason"]
+    env = summary["env"]
+    assert env["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert env["cpu_bf16"] == ("native" if model.NATIVE_CPU_BF16 else "emulated")
+    assert env["onednn"] and env["onednn"][0].isdigit()
+    assert env["gpu_backend"] == ("cuda" if torch.cuda.is_available() else "")
+    expected = ("native" if model.NATIVE_CPU_BF16 else "emulated") if precision == "bf16" else ""
+    assert summary["params"]["bf16_path"] == expected
+    assert summary["timing"]["timing_method"] == "host-clock"
+    assert summary["results"]["peak_device_mem_mb"] is None
+    assert summary["results"]["gpu_throttle_start"] is None
+
+
+def test_collect_env_is_saved_once_per_environment(tmp_path, tiny_mnist, monkeypatch) -> None:
+    """A cell filed at RUNS/ENV/EXPERIMENT/CELL leaves torch's collect_env report in RUNS/ENV
+    once (a later cell keeps it); a cell elsewhere leaves none; the aggregate ignores it."""
+    from mnistbench import aggregate, hardware
+
+    runs = tmp_path / "runs"
+    made = []
+    real = hardware.collect_env_report
+    monkeypatch.setattr(hardware, "collect_env_report",
+                        lambda: made.append(1) or real())
+    for cell in ("a", "b"):
+        out = runs / "lab" / "adhoc" / cell
+        code = train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, env="lab", **TINY))
+        assert code == 0
+    report = runs / "lab" / hardware.COLLECT_ENV_FILE
+    assert "PyTorch version" in report.read_text()
+    assert made == [1]
+    code, _, out = run(tmp_path, tiny_mnist, name="loose")
+    assert code == 0
+    assert made == [1]
+    assert not (out.parent / hardware.COLLECT_ENV_FILE).exists()
+    assert not (out.parent.parent / hardware.COLLECT_ENV_FILE).exists()
+    aggregate.aggregate(runs, tmp_path / "tables")
+    assert len(read_csv(tmp_path / "tables" / "summary.csv")) == 2
+
+
+def test_collect_env_failure_does_not_fail_the_cell(tmp_path, tiny_mnist, monkeypatch,
+                                                    capsys) -> None:
+    """A collect_env report that cannot be made is a warning; the cell stays ok."""
+    from mnistbench import hardware
+
+    def broken():
+        raise RuntimeError("pip is missing")
+
+    monkeypatch.setattr(hardware, "collect_env_report", broken)
+    out = tmp_path / "runs" / "lab" / "adhoc" / "a"
+    assert train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, env="lab", **TINY)) == 0
+    assert "could not save" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_cuda_cell_records_its_timing_backend_and_gpu_state(tmp_path, tiny_mnist) -> None:
+    """A cuda cell is timed with CUDA events, names its backend (cuda, or rocm under HIP),
+    reads its peak memory through torch.accelerator (the same figure as torch.cuda's), and
+    with NVML records the GPU's clocks, power limit and throttle reasons at start and end."""
+    code, summary, _ = run(tmp_path, tiny_mnist, device="cuda", precision="bf16")
+    assert code == 0, summary["reason"]
+    assert summary["timing"]["timing_method"] == "cuda-events"
+    assert summary["env"]["gpu_backend"] == ("rocm" if torch.version.hip else "cuda")
+    assert summary["params"]["bf16_path"] in ("native", "emulated")
+    res = summary["results"]
+    assert res["peak_device_mem_mb"] == pytest.approx(res["peak_cuda_mem_mb"])
+    if summary["sources"]["gpu_energy"] and summary["env"]["gpu_backend"] == "cuda":
+        for when in ("start", "end"):
+            assert res[f"gpu_sm_clock_{when}_mhz"] > 0
+            assert res[f"gpu_power_limit_{when}_w"] > 0
+            assert res[f"gpu_throttle_{when}"]
+
+
+def test_stock_implementation_runs_the_blogs_code(tmp_path, tiny_mnist) -> None:
+    """--implementation stock trains the literal ReferenceNet with torch.optim.Adam in the
+    default memory format, records it, and ends ok; tuned records the fused kernel."""
+    code, summary, _ = run(tmp_path / "stock", tiny_mnist, implementation="stock",
+                           cudnn_benchmark=False, tip="baseline")
+    assert code == 0, summary["reason"]
+    assert summary["params"]["implementation"] == "stock"
+    assert summary["params"]["cudnn_benchmark"] is False and summary["params"]["tip"] == "baseline"
+    assert summary["sources"]["adam"] == train.STOCK_ADAM
+    code, summary, _ = run(tmp_path / "tuned", tiny_mnist)
+    assert summary["params"]["implementation"] == "tuned"
+    assert summary["sources"]["adam"] == "torch._fused_adam_"
+
+
+def test_stock_and_tuned_models_start_from_the_same_weights() -> None:
+    """One seed gives ReferenceNet and Net the same initial parameters."""
+    from mnistbench import model
+
+    stock, tuned = model.build_model(3, "stock"), model.build_model(3, "tuned")
+    assert type(stock) is model.ReferenceNet and type(tuned) is model.Net
+    for a, b in zip(stock.parameters(), tuned.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_max_batch_doubles_until_out_of_memory_and_times_the_same_samples(
+        tmp_path, tiny_mnist, monkeypatch) -> None:
+    """--max-batch doubles from --batch-size until a step runs out of memory (simulated
+    above 64 samples), trains at the last size that fitted, and scales max_steps so the cell
+    times the same number of samples; the stop reason is recorded."""
+    real_step = train.Trainer.step
+
+    def step(self, x, y, timer):
+        if len(y) > 64:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real_step(self, x, y, timer)
+
+    monkeypatch.setattr(train.Trainer, "step", step)
+    code, summary, _ = run(tmp_path, tiny_mnist, batch_size=16, max_steps=8, max_batch=True)
+    assert code == 0, summary["reason"]
+    params = summary["params"]
+    assert (params["batch_size"], params["max_batch"], params["max_batch_stop"]) == (
+        64, True, "out of memory")
+    assert params["max_steps"] == 2  # 8 steps of 16 samples = 2 steps of 64
+    assert summary["results"]["steps_per_epoch"] == 2
+
+
+def test_max_batch_on_a_cpu_stops_at_its_cap(tmp_path, tiny_mnist) -> None:
+    """On a CPU the search stops at the training samples or the CPU cap, never beyond."""
+    code, summary, _ = run(tmp_path, tiny_mnist, batch_size=64, max_steps=4, max_batch=True)
+    assert code == 0, summary["reason"]
+    assert summary["params"]["batch_size"] == min(train.CPU_MAX_BATCH, TINY_TRAIN)
+    assert summary["params"]["max_batch_stop"] == "the cap"
+
+
+def test_busy_machine_is_recorded(tmp_path, tiny_mnist) -> None:
+    """Every cell records the machine's load over its timed epochs and whether it was busy."""
+    code, summary, _ = run(tmp_path, tiny_mnist, epochs=2)
+    assert code == 0
+    res = summary["results"]
+    assert 0 <= res["system_load_mean"] <= 100.5
+    assert res["others_load_mean"] is not None and isinstance(res["busy"], bool)

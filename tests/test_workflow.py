@@ -51,6 +51,7 @@ def tiny_config(data_dir: Path, workdir: Path, **overrides) -> dict:
                             **TINY_EXPERIMENT},
             "sweep": {"batch_sizes": [32], "precisions": ["fp32"], "loaders": ["resident"],
                       "repeats": 1, "max_steps": 2, **TINY_EXPERIMENT},
+            "tips": {"enabled": False},  # on in tests that time tips (test_tips_*)
         },
     }
     config.update(overrides)
@@ -165,16 +166,44 @@ def test_schema_defaults_are_the_reports_cost_model_and_shipped_configs_validate
 
 
 def test_conda_env_pins_match_the_requirements():
-    """workflow/envs/mnistbench.yaml pins exactly the runtime and torch requirements."""
+    """envs/conda.yaml pins exactly the runtime and torch pins of envs/pip."""
     def pins(path: Path) -> set[str]:
         lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
         return {line for line in lines if line and not line.startswith("-")}
 
-    env = yaml.safe_load((REPO / "workflow" / "envs" / "mnistbench.yaml").read_text())
+    env = yaml.safe_load((REPO / "envs" / "conda.yaml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    wanted = pins(REPO / "requirements" / "base.txt") | pins(REPO / "requirements" /
+    wanted = pins(REPO / "envs" / "pip" / "base.txt") | pins(REPO / "envs" / "pip" /
                                                             "torch.txt")
     assert set(pip) == wanted
+
+
+def test_every_conda_directive_names_the_one_conda_env():
+    """Every rule's conda: directive resolves, relative to its rule file, to envs/conda.yaml,
+    and no other copy of the pins (requirements/, workflow/envs/) is left."""
+    rules = sorted((REPO / "workflow" / "rules").glob("*.smk"))
+    directives = []
+    for rule_file in rules:
+        found = re.findall(r"^\s+conda:\s*\n\s+\"([^\"]+)\"", rule_file.read_text(), re.M)
+        directives += [(rule_file.parent / path).resolve() for path in found]
+    assert directives, "no rule has a conda: directive"
+    assert set(directives) == {(REPO / "envs" / "conda.yaml").resolve()}
+    assert not (REPO / "requirements").exists() and not (REPO / "workflow" / "envs").exists()
+
+
+def test_setup_ci_and_dockerfiles_read_the_pins_from_envs_pip():
+    """scripts/setup (its stamp included), scripts/ci-docker and every Dockerfile take the
+    pins from files of envs/pip that exist, and none from the old requirements/ folder."""
+    users = [REPO / "scripts" / "setup", REPO / "scripts" / "ci-docker",
+             *sorted((REPO / "docker").glob("*.Dockerfile"))]
+    for path in users:
+        text = path.read_text()
+        named = set(re.findall(r"envs/pip/([\w*]+\.txt)", text))
+        assert named, f"{path} names no envs/pip file"
+        assert all((REPO / "envs" / "pip" / name).is_file() for name in named - {"*.txt"})
+        assert not re.search(r"(?<![/\w])requirements/", text), path
+    assert "want=$(cat envs/pip/*.txt pyproject.toml" in (REPO / "scripts" / "setup").read_text()
+    assert len(list((REPO / "envs" / "pip").glob("*.txt"))) == 3
 
 
 # --------------------------------------------------------------------------- dry runs
@@ -216,6 +245,30 @@ def test_devices_auto_without_a_visible_gpu_plans_cpu_cells_only(tmp_path, tiny_
     assert devices == {"cpu"}
 
 
+def test_dry_run_plans_xpu_and_mps_cells_with_their_precisions(tmp_path, tiny_mnist):
+    """devices [xpu, mps] plan their cells: fp32, bf16 and fp16 each, tf32 left out (a CUDA
+    switch only)."""
+    config = tiny_config(tiny_mnist, tmp_path, devices=["xpu", "mps"])
+    config["experiments"]["sweep"].update(precisions=["fp32", "tf32", "bf16", "fp16"])
+    proc = snakemake(tmp_path, config, "--dry-run", "--printshellcmds", "--cores", "2")
+    assert proc.returncode == 0, proc.stdout
+    sweep = {cell for _, exp, cell in planned_cells(proc.stdout) if exp == "sweep"}
+    assert sweep == {f"{d}-{p}-resident-b32-r0" for d in ("xpu", "mps")
+                     for p in ("fp32", "bf16", "fp16")}
+    jobs = {cell: text for (_, _, cell), text in bench_jobs(proc.stdout).items()}
+    assert "--device xpu --precision bf16" in jobs["xpu-bf16-resident-b32-r0"]
+
+
+def test_docker_runner_refuses_devices_without_an_image(tmp_path, tiny_mnist):
+    """runner docker with an xpu cell stops at once, naming the devices it has images for
+    and the fix."""
+    config = tiny_config(tiny_mnist, tmp_path, devices=["cpu", "xpu"], runner="docker")
+    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1")
+    assert proc.returncode != 0
+    assert "has images for cpu, cuda cells only, not for xpu" in proc.stdout
+    assert "Traceback" not in proc.stdout
+
+
 def test_environment_name_is_reduced_to_safe_characters(tmp_path, tiny_mnist):
     """config env 'lab box/1' becomes the folder name lab-box-1 under results/runs."""
     config = tiny_config(tiny_mnist, tmp_path, env="lab box/1")
@@ -246,7 +299,7 @@ def test_a_copied_environment_folder_with_unsafe_characters_is_named_with_the_fi
          "experiments.sweep.precisions[1]", "['fp32', 'tf32', 'bf16', 'fp16']"),
         ({"experiments": {"convergence": {"batch_size": -5}}},
          "experiments.convergence.batch_size", "minimum of 1"),
-        ({"devices": ["cpu", "tpu"]}, "devices", "cpu, cuda"),
+        ({"devices": ["cpu", "tpu"]}, "devices", "cpu, cuda, xpu, mps"),
         ({"cost": {"price_per_kwh": -1}}, "cost.price_per_kwh", "minimum of 0"),
         ({"experiment": {}}, "(top level)", "'experiment' was unexpected"),
     ],
@@ -582,3 +635,31 @@ def test_failed_aggregate_keeps_the_last_good_tables(tmp_path, tiny_mnist):
     assert envs.count(ENV) == envs.count(other.name) == 2
     proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1", "results/summary.csv")
     assert "Nothing to be done" in proc.stdout, proc.stdout
+
+
+@pytest.mark.slow
+def test_tips_cells_run_with_their_own_settings_over_the_study_wide_ones(tmp_path, tiny_mnist):
+    """A tiny tips experiment runs its baseline (the blog's cell: stock code, glibc, no
+    workers) and each lever with its own settings, though the study-wide config says
+    otherwise; every summary names its tip, and the report renders with a tips section."""
+    config = tiny_config(tiny_mnist, tmp_path, workers=1, allocator="glibc-tuned")
+    config["experiments"]["convergence"]["enabled"] = False
+    config["experiments"]["sweep"]["enabled"] = False
+    config["experiments"]["tips"] = {"tips": ["workers=4", "tuned", "allocator"], "repeats": 1,
+                                     "max_steps": 2, **TINY_EXPERIMENT}
+    proc = snakemake(tmp_path, config, "--cores", "2")
+    assert proc.returncode == 0, proc.stdout
+    cells = {s["params"]["tip"]: s for s in summaries(tmp_path).values()}
+    assert set(cells) == {"baseline", "workers=4", "tuned", "allocator"}
+    assert all(s["status"] == "ok" for s in cells.values()), {
+        t: s["reason"] for t, s in cells.items()}
+    base = cells["baseline"]
+    assert (base["params"]["implementation"], base["params"]["allocator"],
+            base["params"]["workers"], base["params"]["loader"]) == (
+        "stock", "glibc", 0, "dataloader")
+    assert base["env"]["allocator_loaded"] == "glibc"
+    assert cells["workers=4"]["params"]["workers"] == 4
+    assert cells["tuned"]["params"]["implementation"] == "tuned"
+    assert cells["allocator"]["params"]["allocator"] == "auto"
+    html = (tmp_path / "results" / "report" / "index.html").read_text()
+    assert "tips pay off" in html and "workers=4" in html

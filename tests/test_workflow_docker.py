@@ -58,8 +58,9 @@ def test_dry_run_plans_image_builds_and_cells_in_them(tmp_path, tiny_mnist):
     for device in ("cpu", "cuda"):
         assert re.search(
             rf"mnistbench docker run --record results/images/{device}\.json --results results "
-            rf"--shm-size 1g --docker-option=--cpuset-cpus --docker-option=0 -- train "
-            rf"--device {device} ", proc.stdout), device
+            rf"--shm-size 1g --docker-option=--cpuset-cpus --docker-option=0 -- train"
+            rf"[\s\\]+--threads \d+[\s\\]+--allocator \S+[\s\\]+--workers \d+[\s\\]+"
+            rf"--\S*pin-memory[\s\\]+--device {device} ", proc.stdout), device
         assert re.search(
             rf"mnistbench docker build --dockerfile \S+/docker/{device}\.Dockerfile --tag "
             rf"mnistbench:{device} .*--build-arg=BASE_IMAGE=deb:12 --docker-option=--network "
@@ -74,7 +75,7 @@ def test_local_runner_plans_no_image(tmp_path, tiny_mnist):
     proc = snakemake(tmp_path, config, "--dry-run", "--printshellcmds", "--cores", "2")
     assert proc.returncode == 0, proc.stdout
     assert jobs_of_rule(proc.stdout, "docker_image") == 0
-    assert "docker run" not in proc.stdout and "mnistbench train --device" in proc.stdout
+    assert "docker run" not in proc.stdout and "mnistbench train --threads" in proc.stdout
 
 
 def test_missing_docker_stops_the_run_before_any_job(tmp_path, tiny_mnist):

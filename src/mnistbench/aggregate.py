@@ -4,7 +4,8 @@
 ``OUT_DIR``:
 
 - ``summary.csv``: one row per cell, columns :func:`mnistbench.schema.summary_columns`
-  (identity, status, reason, every param, result, timing and environment field);
+  (identity, status, reason, every param, result, timing and environment field, and the
+  derived ``hardware`` label, :func:`hardware_label`);
 - ``epochs.csv``: long format, :data:`~mnistbench.schema.ID_COLUMNS` + :data:`KEY_PARAMS` +
   :data:`~mnistbench.schema.EPOCH_COLUMNS`;
 - ``resources.csv``: the same prefix + :data:`~mnistbench.schema.RESOURCE_COLUMNS`;
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import atomic, schema
+from .devices import device_label
 
 #: Params repeated in front of every epochs.csv / resources.csv row (after the id columns).
 KEY_PARAMS = ("device", "precision", "loader", "batch_size", "repeat")
@@ -50,7 +52,10 @@ _FIX = ("delete that cell folder and run the cell again (or run the workflow aga
 #: Columns read back as text; every other column of the tables is numeric.
 TEXT_COLUMNS = frozenset(
     {*schema.ID_COLUMNS, "status", "reason", "device", "precision", "loader", "stage",
-     "pin_memory", "compile", "cuda_graphs", *schema.ENV_FIELDS}
+     "pin_memory", "compile", "cuda_graphs", "bf16_path", "timing_method", "gpu_throttle_start",
+     "allocator", "implementation", "cudnn_benchmark", "max_batch", "max_batch_stop", "tip",
+     "busy",
+     "gpu_throttle_end", *schema.ENV_FIELDS, *schema.DERIVED_FIELDS}
     | {k for k, (unit, _) in schema.TIMING_FIELDS.items() if unit == "ISO 8601"})
 
 
@@ -231,7 +236,42 @@ def _flatten(cell: _Cell) -> dict:
     for name in ("params", "results", "timing", "env"):
         for key, value in cell.sections[name].items():
             row[key] = value
+    row["hardware"] = hardware_label(row)
     return row
+
+
+#: CPU flags that give bf16 hardware support, shown in a CPU's label when present.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
+
+
+def _text(value: object) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def hardware_label(row: Mapping[str, object]) -> str:
+    """The hardware a cell ran on, as the report names it (summary.csv ``hardware``), from its
+    environment fields: for a cpu cell the CPU model, the ISA torch dispatches to
+    (``cpu_capability``) and the bf16 flags present, e.g. ``AMD EPYC 7B13 · AVX2`` or
+    ``Intel Xeon Platinum 8480+ · AVX512 (avx512_bf16, amx_bf16)``; for an accelerator cell
+    the GPU model and its backend, e.g. ``NVIDIA H100 80GB HBM3 · CUDA``, ``AMD Instinct
+    MI300X · ROCm/HIP`` (a cuda cell with ``gpu_backend`` rocm), or ``CUDA (no device)`` when
+    none was found. Two CPUs of one model name whose ISA or bf16 flags differ get different
+    labels, so they are never pooled; summaries older than schema version 3 (no ISA fields)
+    get the model name alone."""
+    device = _text(row.get("device")) or "cpu"
+    if device != "cpu":
+        label = device_label(device, _text(row.get("gpu_backend")))
+        gpu = _text(row.get("gpu_name"))
+        return f"{gpu} · {label}" if gpu else f"{label} (no device)"
+    label = _text(row.get("cpu_model")) or "unknown CPU"
+    capability = _text(row.get("cpu_capability"))
+    if capability:
+        label += f" · {capability}"
+        flags = _text(row.get("cpu_flags")).split()
+        extras = [flag for flag in BF16_FLAGS if flag in flags]
+        if extras:
+            label += f" ({', '.join(extras)})"
+    return label
 
 
 def _read_csv(path: Path, columns: Mapping[str, object], prefix: list[str]) -> list[list[str]]:
@@ -279,7 +319,7 @@ def column_rows() -> list[dict[str, str]]:
     """``file, name, unit, description`` of every column of the aggregated tables."""
     described: dict[str, tuple[str, str]] = {}
     for table in (schema.PARAM_FIELDS, schema.RESULT_FIELDS, schema.TIMING_FIELDS,
-                  schema.ENV_FIELDS):
+                  schema.ENV_FIELDS, schema.DERIVED_FIELDS):
         described.update(table)
     described.setdefault("status", ("", "cell status: " + ", ".join(schema.STATUSES)))
     described.setdefault("reason", ("", "why the cell is not ok (empty when ok)"))
@@ -349,5 +389,6 @@ def load_tables(results: Path) -> Tables:
                 "cell's series in the charts). The table was edited or written by an older "
                 "mnistbench: rerun `mnistbench aggregate`, which names any cell folder at "
                 "fault.")
-    return Tables(*frames)
+    # Consolidated copies: one block per dtype, so later .assign calls stay fast and quiet.
+    return Tables(*(frame.copy() for frame in frames))
 

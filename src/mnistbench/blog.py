@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+from . import study
 
 #: The blog's own figures (another machine: not measured by this study), as printed. None: a
 #: figure of the blog's tables that this project's reference data does not hold.
@@ -243,52 +244,24 @@ def verdict_accuracy_gap(claimed_gap: float, seed_spread: float | None,
 
 # ------------------------------------------------------------------------- the tips
 
-@dataclass(frozen=True)
-class Tip:
-    """One of the blog's tips: its name in the ``tip`` column, what it changes against the
-    baseline, and the devices it does not apply to (device -> why)."""
-
-    name: str
-    change: str
-    not_applicable: Mapping[str, str] = field(default_factory=dict)
-
-
-_CUDNN = "cuDNN is NVIDIA's GPU library: the CPU never calls it"
-_PINNED = "pinned (page-locked) host memory only speeds up copies to a GPU"
-_FP16 = "fp16 autocast training is not supported on the CPU here (devices.SUPPORTED)"
-
-#: The tips, in the report's order; ``baseline`` is what every other tip is compared with.
-TIPS = (
-    Tip("baseline", "the blog's code as written: DataLoader with a per-sample transform, fp32, "
-        "eager, batch 128"),
-    Tip("pin_memory", "DataLoader(pin_memory=True)", {"cpu": _PINNED}),
-    Tip("workers=4", "4 DataLoader worker processes"),
-    Tip("workers=cores", "one DataLoader worker per core"),
-    Tip("amp-bf16", "automatic mixed precision, bfloat16"),
-    Tip("amp-fp16", "automatic mixed precision, float16 with a gradient scaler", {"cpu": _FP16}),
-    Tip("cudnn.benchmark off", "cuDNN autotuning switched off", {"cpu": _CUDNN}),
-    Tip("max batch", "the largest batch size that fits"),
-    Tip("resident", "the whole dataset as one tensor on the device, no DataLoader"),
-    Tip("compile", "torch.compile"),
-    Tip("tuned", "the study's tuned settings of the device"),
-    Tip("allocator=jemalloc", "jemalloc as the process's memory allocator"),
-    Tip("all", "every tip that applies, together"),
-)
+# The tips themselves (what each changes, where it applies and why not elsewhere) have one
+# home, mnistbench.study.TIPS; here are the verdict rules.
 BASELINE = "baseline"
 
 
-def tip(name: str) -> Tip:
-    """The :class:`Tip` called ``name`` (a tip the project does not know: no description, no
-    exceptions)."""
-    for t in TIPS:
-        if t.name == name:
-            return t
-    return Tip(name, "")
+def tip(name: str) -> study.Tip:
+    """The tip called ``name`` (one the project does not know: no description, applies
+    everywhere)."""
+    try:
+        return study.tip_by_name(name)
+    except study.StudyError:
+        return study.Tip(name, "", {})
 
 
 def tip_order(names) -> list[str]:
-    """``names`` in the order of :data:`TIPS`, unknown tips after them, alphabetically."""
-    known = [t.name for t in TIPS]
+    """``names`` in the order of :data:`mnistbench.study.TIPS`, unknown tips after them,
+    alphabetically."""
+    known = list(study.TIP_NAMES)
     return sorted(set(names), key=lambda n: (known.index(n) if n in known else len(known), n))
 
 

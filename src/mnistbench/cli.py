@@ -99,11 +99,23 @@ def _cmd_train(args) -> int:
 def _add_env(sub) -> None:
     p = sub.add_parser("env", help="print the environment capture as JSON",
                        description="Print what every summary records about the machine: "
-                       "versions, CPU, GPU, OS, host and git revision.")
+                       "versions, CPU (model, ISA, bf16 path, oneDNN/MKL), GPU, OS, host and "
+                       "git revision.")
+    p.add_argument("--collect-env", type=Path, default=None, metavar="FILE",
+                   help="instead, write torch's collect_env report to FILE (each cell writes "
+                   "it once per environment as results/runs/ENV/collect_env.txt)")
     p.set_defaults(func=_cmd_env)
 
 
 def _cmd_env(args) -> int:
+    if args.collect_env is not None:
+        from . import hardware
+
+        try:
+            print(hardware.save_collect_env(args.collect_env))
+        except OSError as exc:
+            raise CliError(f"cannot write {args.collect_env}: {exc}") from None
+        return 0
     from . import sysinfo
 
     print(json.dumps(sysinfo.capture(), indent=2, sort_keys=True, allow_nan=False))
@@ -203,6 +215,128 @@ def _cmd_report(args) -> int:
     except report.ReportError as exc:
         raise CliError(str(exc)) from None
     print(path)
+    return 0
+
+
+def _add_pack(sub) -> None:
+    p = sub.add_parser(
+        "pack", help="write one archive of an environment's results, to merge elsewhere",
+        description="Write RUNS/ENV (every complete cell, and the environment's own files) "
+        "into one .tar.gz with a manifest of sizes and SHA-256 checksums, checked as "
+        "`mnistbench unpack` checks it before it is renamed into place (docs/publish.md).")
+    p.add_argument("env", nargs="?", default=None,
+                   help="the environment folder under RUNS (default: this machine's, "
+                   "`mnistbench env-name`)")
+    p.add_argument("--runs", type=Path, default=Path("results/runs"),
+                   help="runs folder (default: %(default)s)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the archive to write (default: ENV.mnistbench.tar.gz here)")
+    p.set_defaults(func=_cmd_pack)
+
+
+def _cmd_pack(args) -> int:
+    from . import archive, study
+
+    env = args.env or study.environment_name()
+    try:
+        path = archive.pack(args.runs, env, args.out, log=_stderr)
+    except archive.ArchiveError as exc:
+        raise CliError(str(exc)) from None
+    print(path)
+    return 0
+
+
+def _add_unpack(sub) -> None:
+    p = sub.add_parser(
+        "unpack", aliases=["import"],
+        help="check an archive of `mnistbench pack` and merge it into the runs folder",
+        description="Check ARCHIVE (members only plain files under runs/ENV, no links or "
+        "devices, sizes and SHA-256 as its manifest says, a schema version the aggregate "
+        "reads, cells that aggregate) and merge its environment into RUNS/ENV. Nothing is "
+        "changed when a check fails; an environment already there is replaced only with "
+        "--replace. Then rerun the workflow or `mnistbench aggregate` (docs/publish.md).")
+    p.add_argument("archive", type=Path, help="the .tar.gz `mnistbench pack` wrote")
+    p.add_argument("--runs", type=Path, default=Path("results/runs"),
+                   help="runs folder to merge into (default: %(default)s)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace the environment when RUNS already holds it")
+    p.add_argument("--check", action="store_true", help="only check the archive")
+    p.set_defaults(func=_cmd_unpack)
+
+
+def _cmd_unpack(args) -> int:
+    from . import archive
+
+    try:
+        if args.check:
+            with args.archive.open("rb") as handle:
+                result = archive.check_archive(handle, name=str(args.archive))
+        else:
+            result = archive.unpack(args.archive, args.runs, replace=args.replace)
+    except OSError as exc:
+        raise CliError(f"cannot read the archive {args.archive}: {exc.strerror or exc}."
+                       ) from None
+    except archive.ArchiveError as exc:
+        raise CliError(str(exc)) from None
+    print(archive.describe(result))
+    return 0
+
+
+def _add_publish(sub) -> None:
+    p = sub.add_parser(
+        "publish", help="copy the current results into report/ with a manifest (or check it)",
+        description="Copy the tables and cost model of RESULTS into REPORT/data with "
+        "manifest.json (environments, hardware, dates, git revision, cells per status, "
+        "checksums), render REPORT/index.html from them and write REPORT/README.md. Refuses, "
+        "naming the cells, when cells of the config's study are missing, failed or stale "
+        "(measured by other code than this checkout's), unless allowed with a --reason that "
+        "the manifest records. Run it from the project's folder (docs/publish.md).")
+    p.add_argument("--results", type=Path, default=Path("results"),
+                   help="results folder: runs/, the tables, cost_model.json "
+                   "(default: %(default)s)")
+    p.add_argument("--report", type=Path, default=Path("report"),
+                   help="the publication folder (default: %(default)s)")
+    p.add_argument("--configfile", type=Path, action="append", default=None,
+                   help="the config(s) the study ran with, in Snakemake's order (repeatable; "
+                   "default: config/config.yaml)")
+    p.add_argument("--cost-model", type=Path, default=None,
+                   help="cost model to publish (default: RESULTS/cost_model.json)")
+    for kind, what in (("missing", "cells of the study that never ran or did not finish"),
+                       ("failed", "cells with status failed"),
+                       ("stale", "cells measured by other code than this checkout's")):
+        p.add_argument(f"--allow-{kind}", action="store_true",
+                       help=f"publish despite {what} (needs --reason)")
+    p.add_argument("--reason", default="", help="why checks were waived (in the manifest)")
+    p.add_argument("--check", action="store_true",
+                   help="instead, check the publication in REPORT: checksums, and that "
+                   "rendering its data again gives its index.html but for the date")
+    p.set_defaults(func=_cmd_publish)
+
+
+def _cmd_publish(args) -> int:
+    from . import publish
+
+    if args.check:
+        problems = publish.verify(args.report)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            raise CliError(f"{len(problems)} problem(s) with the publication in {args.report} "
+                           "(listed above); publish again (make publish).")
+        print(f"{args.report}: every checksum matches, and its data renders to its "
+              "index.html")
+        return 0
+    try:
+        result = publish.publish(
+            args.results, args.report, configfiles=args.configfile or [publish.DEFAULT_CONFIG],
+            cost_model=args.cost_model, allow_missing=args.allow_missing,
+            allow_failed=args.allow_failed, allow_stale=args.allow_stale, reason=args.reason,
+            log=_stderr)
+    except publish.PublishError as exc:
+        raise CliError(str(exc)) from None
+    cells = result.manifest["cells"]
+    print(f"{result.report}: {cells['total']} cells of {len(result.manifest['environments'])} "
+          f"environment(s); manifest {result.report / publish.DATA_DIR / publish.MANIFEST}")
     return 0
 
 
@@ -323,7 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     # dest is not "command": `report --command` would overwrite it.
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
     for add in (_add_fetch, _add_train, _add_env, _add_env_name, _add_lock_file,
-                _add_aggregate, _add_report, _add_docker):
+                _add_aggregate, _add_report, _add_pack, _add_unpack, _add_publish,
+                _add_docker):
         add(sub)
     return parser
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 import sys
 
-from . import cli, forkserver
+from . import cli, cpuruntime, forkserver
 from .envvars import FORKSERVER_SOCKET_VAR
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``mnistbench`` console script."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:
+        # The allocator's library must be preloaded at process start: re-executes once if not.
+        cpuruntime.ensure_allocator(argv[1:])
     if argv[:1] == ["train"] and os.environ.get(FORKSERVER_SOCKET_VAR):
         code = forkserver.delegate(argv)
         if code is not None:

@@ -59,6 +59,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import cpuruntime
 from .envvars import FORKSERVER_SOCKET_VAR, LAUNCH_VAR, PROCESS_START_VAR
 from .timing import process_start_unix
 
@@ -643,10 +644,18 @@ class Handle:
 
 
 def spawn(python: str | None = None, log: Path | None = None,
-          env: dict[str, str] | None = None, idle_timeout: float = 0.0) -> Handle:
+          env: dict[str, str] | None = None, idle_timeout: float = 0.0,
+          allocator: str = "auto") -> Handle:
     """Start a server as a child of this process, in a private temporary folder; returns at
     once (clients wait for it while it imports). It ends when this process ends, and removes
-    its folder then; the folders of earlier servers killed with their owner are removed here."""
+    its folder then; the folders of earlier servers killed with their owner are removed here.
+
+    The server runs with ``allocator``'s library preloaded, as a ``train`` client asking for
+    it has it (mnistbench.cpuruntime.ensure_allocator), so their load-time environments match;
+    a client asking for another allocator is refused and runs the cell itself. Raises
+    cpuruntime.AllocatorError when the allocator is not installed."""
+    _, library = cpuruntime.resolve(allocator)
+    env = cpuruntime.preload_environment(os.environ if env is None else env, library)
     with contextlib.suppress(OSError):
         remove_stale_folders()
     folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))

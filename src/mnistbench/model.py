@@ -137,11 +137,13 @@ class Net(ReferenceNet):
         return linear(self.fc2, x)
 
 
-def build_model(seed: int) -> Net:
-    """A freshly initialised :class:`Net`, its weights determined by ``seed`` alone."""
+def build_model(seed: int, implementation: str = "tuned") -> ReferenceNet:
+    """A freshly initialised network, its weights determined by ``seed`` alone: :class:`Net`
+    (``tuned``) or the literal :class:`ReferenceNet` (``stock``, the blog's code); both have
+    the same parameters in the same order, so a seed gives both the same weights."""
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return Net()
+        return ReferenceNet() if implementation == "stock" else Net()
     finally:
         torch.random.set_rng_state(gen_state)

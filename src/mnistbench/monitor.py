@@ -26,10 +26,16 @@ How the numbers are measured:
   state, so other callers of ``cpu_percent`` neither disturb nor are disturbed by it).
 - ``rss_mb``: sum of the resident set sizes of the process and its descendants (pages shared
   between a parent and its forked workers are counted once per process).
-- GPU columns: NVML (``pynvml``, imported lazily) for one device; empty when ``gpu_index`` is
-  None or NVML cannot start. ``gpu_energy_j`` comes from the board's energy counter
-  (``gpu_energy_source == "nvml-counter"``) or, on boards without one, from integrating the
-  power readings over time with the trapezoid rule (``"nvml-power-integral"``).
+- GPU columns: NVML (``pynvml``, imported lazily) for one NVIDIA device, or AMD SMI (the
+  ``amdsmi`` module of ROCm, when importable) for an AMD one (``gpu_vendor="amd"``); empty
+  when ``gpu_index`` is None or the library cannot start (Intel XPU and Apple MPS have no power
+  source here). ``gpu_energy_j`` comes from the board's energy counter
+  (``gpu_energy_source == "nvml-counter"`` / ``"amdsmi-counter"``) or, on boards without one,
+  from integrating the power readings over time with the trapezoid rule
+  (``"nvml-power-integral"`` / ``"amdsmi-power-integral"``). The AMD SMI path is tested with a
+  fake module only: no AMD GPU has run it.
+- GPU state (:meth:`ResourceMonitor.record_gpu_state`): clocks, enforced power limit and clock
+  throttle reasons, read when the trainer asks (the start and end of the timed epochs).
 - ``cpu_energy_j``: sum of the package domains of the powercap RAPL interface
   (``/sys/class/powercap/intel-rapl:N/energy_uj``, also used for AMD CPUs), wraparound handled
   with ``max_energy_range_uj`` (``cpu_energy_source == "rapl"``); empty where those files are
@@ -396,11 +402,196 @@ class NvmlGpu:
             "gpu_energy_j": self.energy_j(now, power_w=power),
         }
 
+    def state(self) -> dict[str, Any]:
+        """Graphics (SM) and memory clocks in MHz, enforced power limit in W and the clock
+        throttle reasons (:func:`throttle_text`) now; None where the board does not say."""
+        nvml, handle = self.nvml, self.handle
+        sm = self._get("sm clock", lambda: nvml.nvmlDeviceGetClockInfo(
+            handle, getattr(nvml, "NVML_CLOCK_SM", 1)))
+        mem = self._get("memory clock", lambda: nvml.nvmlDeviceGetClockInfo(
+            handle, getattr(nvml, "NVML_CLOCK_MEM", 2)))
+        limit = self._get("power limit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(handle))
+        mask = None
+        # Renamed in NVML 12.x ("clocks event reasons"); older drivers know the old name only.
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                     "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            func = getattr(nvml, name, None)
+            if func is not None:
+                try:
+                    mask = int(func(handle))
+                    break
+                except Exception as exc:
+                    self._note("nvml throttle reasons", exc)
+        return {"sm_clock_mhz": None if sm is None else float(sm),
+                "mem_clock_mhz": None if mem is None else float(mem),
+                "power_limit_w": None if limit is None else float(limit) / 1000.0,
+                "throttle": throttle_text(mask)}
+
     def close(self) -> None:
         try:
             self.nvml.nvmlShutdown()
         except Exception as exc:
             self._note("nvml shutdown", exc)
+
+
+#: NVML's clock throttle ("clocks event") reason bits, as recorded (nvml.h).
+THROTTLE_REASONS = (
+    (0x1, "idle"), (0x2, "applications_clocks"), (0x4, "sw_power_cap"), (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"), (0x20, "sw_thermal"), (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"), (0x100, "display_clocks"),
+)
+
+
+def throttle_text(mask: int | None) -> str | None:
+    """NVML throttle reasons as text: ``none``, or the reasons joined by ``+`` (an unknown bit
+    as its hex value); None when unknown."""
+    if mask is None:
+        return None
+    if mask == 0:
+        return "none"
+    names = [name for bit, name in THROTTLE_REASONS if mask & bit]
+    rest = mask & ~sum(bit for bit, _ in THROTTLE_REASONS)
+    if rest:
+        names.append(hex(rest))
+    return "+".join(names)
+
+
+# --------------------------------------------------------------------------- AMD SMI
+
+
+def _smi_number(value: Any) -> float | None:
+    """A number from an AMD SMI reading, None for its "N/A" and other non-numbers."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def _visible_index(gpu_index: int) -> int:
+    """The physical index of visible GPU ``gpu_index`` under HIP_VISIBLE_DEVICES /
+    ROCR_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES (numeric lists only)."""
+    for name in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        entries = [e.strip() for e in os.environ.get(name, "").split(",") if e.strip()]
+        if gpu_index < len(entries) and entries[gpu_index].isdigit():
+            return int(entries[gpu_index])
+    return gpu_index
+
+
+class AmdSmiGpu:
+    """Utilisation, memory, power, energy and state of one AMD GPU through AMD SMI (ROCm's
+    ``amdsmi`` module), with :class:`NvmlGpu`'s interface. Construction raises when the
+    module or the device is missing. Written against ROCm 6's amdsmi API and tested with a fake
+    module only: no AMD GPU has run it (README's device table)."""
+
+    def __init__(self, gpu_index: int, amdsmi: Any = None,
+                 note: Callable[[str, BaseException], None] | None = None):
+        if amdsmi is None:
+            import amdsmi
+        self.smi = amdsmi
+        self._note = note or (lambda where, exc: None)
+        amdsmi.amdsmi_init()
+        try:
+            self.handle = amdsmi.amdsmi_get_processor_handles()[_visible_index(gpu_index)]
+        except BaseException:
+            amdsmi.amdsmi_shut_down()
+            raise
+        self.energy_source: str | None = None
+        self._counter0_j: float | None = None
+        self._integral_j = 0.0
+        self._last_power: tuple[float, float] | None = None
+        counter = self._counter_j()
+        if counter is not None:
+            self._counter0_j = counter
+            self.energy_source = "amdsmi-counter"
+        elif self.power_w(time.perf_counter()) is not None:
+            self.energy_source = "amdsmi-power-integral"
+
+    def _get(self, where: str, func: Callable[[], Any]) -> Any:
+        try:
+            return func()
+        except Exception as exc:
+            self._note(f"amdsmi {where}", exc)
+            return None
+
+    def _counter_j(self) -> float | None:
+        """The energy accumulator in J (count x resolution in uJ), None when unsupported."""
+        info = self._get("energy", lambda: self.smi.amdsmi_get_energy_count(self.handle))
+        if not isinstance(info, dict):
+            return None
+        count = _smi_number(info.get("energy_accumulator", info.get("power")))
+        resolution = _smi_number(info.get("counter_resolution"))
+        return None if count is None or resolution is None else count * resolution / 1e6
+
+    def power_w(self, now: float) -> float | None:
+        """Socket power in W now; also advances the power integral to ``now``."""
+        info = self._get("power", lambda: self.smi.amdsmi_get_power_info(self.handle))
+        watts = None
+        if isinstance(info, dict):
+            for key in ("current_socket_power", "average_socket_power"):
+                watts = _smi_number(info.get(key))
+                if watts is not None:
+                    break
+        if watts is None:
+            return None
+        if self._last_power is not None:
+            t0, w0 = self._last_power
+            self._integral_j += 0.5 * (w0 + watts) * max(0.0, now - t0)
+        self._last_power = (now, watts)
+        return watts
+
+    def energy_j(self, now: float, power_w: float | None = None) -> float | None:
+        """Joules since construction: counter difference, or the power integral to ``now``."""
+        if self.energy_source == "amdsmi-counter":
+            counter = self._counter_j()
+            return None if counter is None else counter - self._counter0_j
+        if self.energy_source == "amdsmi-power-integral":
+            if power_w is None:
+                self.power_w(now)
+            return self._integral_j
+        return None
+
+    def read(self, now: float) -> dict[str, float | None]:
+        """One sample: utilisation %, VRAM used MiB, power W, energy J since construction."""
+        activity = self._get("activity", lambda: self.smi.amdsmi_get_gpu_activity(self.handle))
+        vram = self._get("vram", lambda: self.smi.amdsmi_get_gpu_vram_usage(self.handle))
+        power = self.power_w(now)
+        return {
+            "gpu_util_pct": _smi_number(activity.get("gfx_activity"))
+            if isinstance(activity, dict) else None,
+            "gpu_mem_mb": _smi_number(vram.get("vram_used")) if isinstance(vram, dict) else None,
+            "gpu_power_w": power,
+            "gpu_energy_j": self.energy_j(now, power_w=power),
+        }
+
+    def _clock(self, kind: str) -> float | None:
+        clk_type = getattr(getattr(self.smi, "AmdSmiClkType", None), kind, None)
+        info = self._get(f"{kind} clock",
+                         lambda: self.smi.amdsmi_get_clock_info(self.handle, clk_type))
+        if not isinstance(info, dict):
+            return None
+        return _smi_number(info.get("clk", info.get("cur_clk")))
+
+    def state(self) -> dict[str, Any]:
+        """Graphics and memory clocks (MHz), power cap (W) and throttle status now."""
+        cap = self._get("power cap", lambda: self.smi.amdsmi_get_power_cap_info(self.handle))
+        metrics = self._get("metrics", lambda: self.smi.amdsmi_get_gpu_metrics_info(self.handle))
+        cap_uw = _smi_number(cap.get("power_cap")) if isinstance(cap, dict) else None
+        status = (_smi_number(metrics.get("throttle_status"))
+                  if isinstance(metrics, dict) else None)
+        return {"sm_clock_mhz": self._clock("GFX"), "mem_clock_mhz": self._clock("MEM"),
+                "power_limit_w": None if cap_uw is None else cap_uw / 1e6,
+                "throttle": None if status is None else
+                ("none" if status == 0 else f"throttle_status={int(status)}")}
+
+    def close(self) -> None:
+        try:
+            self.smi.amdsmi_shut_down()
+        except Exception as exc:
+            self._note("amdsmi shutdown", exc)
 
 
 # --------------------------------------------------------------------------- the monitor
@@ -417,12 +608,14 @@ class ResourceMonitor:
     ``get_device_properties(i).uuid`` works), the surest way to find it behind
     ``CUDA_VISIBLE_DEVICES`` or cgroups. ``pid``: root of the watched process tree (default:
     this process). ``powercap_root``: powercap sysfs folder. ``nvml``: an object with pynvml's
-    functions (tests), default ``pynvml``.
+    functions (tests), default ``pynvml``. ``gpu_vendor``: ``nvidia`` (NVML) or ``amd`` (AMD
+    SMI, through ``amdsmi``: an object with its functions, default the ``amdsmi`` module).
     """
 
     def __init__(self, interval: float = DEFAULT_INTERVAL_S, gpu_index: int | None = None, *,
                  gpu_uuid: str | None = None, pid: int | None = None,
-                 powercap_root: Path | str = DEFAULT_POWERCAP_ROOT, nvml: Any = None):
+                 powercap_root: Path | str = DEFAULT_POWERCAP_ROOT, nvml: Any = None,
+                 gpu_vendor: str = "nvidia", amdsmi: Any = None):
         if not (isinstance(interval, int | float) and interval > 0):
             raise ValueError(f"ResourceMonitor interval must be a number of seconds > 0, "
                              f"got {interval!r}; pass e.g. interval=0.5.")
@@ -436,11 +629,14 @@ class ResourceMonitor:
         self.pid = pid if pid is not None else os.getpid()
         self.powercap_root = Path(powercap_root)
         self._nvml = nvml
+        self.gpu_vendor = gpu_vendor
+        self._amdsmi = amdsmi
         #: One dict per sample, keys of schema.RESOURCE_COLUMNS in order; None = not measured.
         self.rows: list[dict[str, Any]] = []
         #: Distinct error messages met while sampling ("where: Type: message").
         self.errors: list[str] = []
-        #: "nvml-counter", "nvml-power-integral" or None (no GPU energy).
+        #: "nvml-counter", "nvml-power-integral", "amdsmi-counter", "amdsmi-power-integral"
+        #: or None (no GPU energy).
         self.gpu_energy_source: str | None = None
         #: "rapl" or None (no CPU energy).
         self.cpu_energy_source: str | None = None
@@ -460,7 +656,8 @@ class ResourceMonitor:
         self._tree: ProcessTree | None = None
         self._sys: SystemCpu | None = None
         self._rapl: Rapl | None = None
-        self._gpu: NvmlGpu | None = None
+        self._gpu: NvmlGpu | AmdSmiGpu | None = None
+        self._gpu_states: dict[str, dict[str, Any] | None] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -475,7 +672,11 @@ class ResourceMonitor:
         self.cpu_energy_source = "rapl" if self._rapl.available else None
         if self.gpu_index is not None:
             try:
-                self._gpu = NvmlGpu(self.gpu_index, self.gpu_uuid, self._nvml, note=self._note)
+                if self.gpu_vendor == "amd":
+                    self._gpu = AmdSmiGpu(self.gpu_index, self._amdsmi, note=self._note)
+                else:
+                    self._gpu = NvmlGpu(self.gpu_index, self.gpu_uuid, self._nvml,
+                                        note=self._note)
                 self.gpu_energy_source = self._gpu.energy_source
             except Exception as exc:  # no NVML library, no driver, no such device
                 self._gpu = None
@@ -545,6 +746,27 @@ class ResourceMonitor:
                 cpu_j = self._try("rapl", lambda: self._rapl.read() if self._rapl else None)
                 self._last_energy = {"gpu_j": gpu_j, "cpu_j": cpu_j}
             return dict(self._last_energy)
+
+    def record_gpu_state(self, when: str) -> None:
+        """Read the GPU's clocks, power limit and throttle reasons now, as its state at
+        ``when`` (``start`` or ``end`` of the timed epochs); nothing without a GPU."""
+        if when not in ("start", "end"):
+            raise ValueError(f"record_gpu_state: when must be start or end, got {when!r}.")
+        with self._lock:
+            if self._gpu is not None and self._state == "running":
+                self._gpu_states[when] = self._try("gpu state", self._gpu.state)
+
+    def gpu_states(self) -> dict[str, float | str | None]:
+        """The GPU state fields of the summary's results (schema.RESULT_FIELDS
+        ``gpu_*_start_*``/``gpu_*_end_*``, ``gpu_throttle_*``); None where not read."""
+        out: dict[str, float | str | None] = {}
+        for when in ("start", "end"):
+            state = self._gpu_states.get(when) or {}
+            out[f"gpu_sm_clock_{when}_mhz"] = state.get("sm_clock_mhz")
+            out[f"gpu_mem_clock_{when}_mhz"] = state.get("mem_clock_mhz")
+            out[f"gpu_power_limit_{when}_w"] = state.get("power_limit_w")
+            out[f"gpu_throttle_{when}"] = state.get("throttle")
+        return out
 
     # ----------------------------------------------------------------- sampling
 
@@ -619,7 +841,10 @@ class ResourceMonitor:
     def summary(self, stage: str = "train") -> dict[str, float | None]:
         """Time-weighted means and peaks over the rows of ``stage`` (None where nothing was
         measured): ``cpu_pct_mean``, ``cpu_pct_peak`` (100 = one core), ``gpu_util_mean``,
-        ``gpu_util_peak`` (%), ``gpu_power_mean_w`` (W); ``peak_rss_mb`` (MiB) over all rows.
+        ``gpu_util_peak`` (%), ``gpu_power_mean_w`` (W); ``peak_rss_mb`` (MiB) over all rows;
+        ``system_load_mean`` (machine-wide busy %, 100 = every core), ``others_load_mean``
+        (the part of it other processes used) and ``busy`` (others above
+        :data:`BUSY_OTHERS_PCT`).
         For the CPU peak, rows covering less than half an interval (taken at a stage switch),
         whose percentages the 10 ms CPU-time tick makes coarse, are merged with their
         neighbours first, so the peak is never below the mean."""
@@ -629,7 +854,17 @@ class ResourceMonitor:
             pairs = [(r, dt) for r, dt in zip(self.rows, self._dts, strict=True)]
         in_stage = [(r, dt) for r, dt in pairs if r["stage"] == stage]
         rss = [r["rss_mb"] for r, _ in pairs if r["rss_mb"] is not None]
+        # What the rest of the machine used: its busy share less this cell's own (in % of all
+        # cores); above BUSY_OTHERS_PCT on average the cell was timed on a busy machine.
+        cores = psutil.cpu_count() or 1
+        others = [({"others": r["sys_cpu_pct"] - r["proc_cpu_pct"] / cores}, dt)
+                  for r, dt in in_stage
+                  if r["sys_cpu_pct"] is not None and r["proc_cpu_pct"] is not None]
+        others_mean = _weighted_mean(others, "others")
         return {
+            "system_load_mean": _weighted_mean(in_stage, "sys_cpu_pct"),
+            "others_load_mean": others_mean,
+            "busy": None if others_mean is None else bool(others_mean > BUSY_OTHERS_PCT),
             "cpu_pct_mean": _weighted_mean(in_stage, "proc_cpu_pct"),
             "cpu_pct_peak": _peak(_windows(in_stage, "proc_cpu_pct", 0.5 * self.interval),
                                   "proc_cpu_pct"),
@@ -638,6 +873,11 @@ class ResourceMonitor:
             "gpu_util_peak": _peak(in_stage, "gpu_util_pct"),
             "gpu_power_mean_w": _weighted_mean(in_stage, "gpu_power_w"),
         }
+
+
+#: % of all cores that other processes may use on average while a cell is timed before the
+#: cell counts as timed on a busy machine (its summary's ``busy``; the report flags it).
+BUSY_OTHERS_PCT = 25.0
 
 
 def _weighted_mean(pairs: Sequence[tuple[dict[str, Any], float]], key: str) -> float | None:

@@ -10,7 +10,14 @@ import argparse
 import math
 from pathlib import Path
 
+from .cpuruntime import allocator_option
 from .devices import DEVICES, LOADERS, PRECISIONS
+
+#: Implementations of the model and optimizer (``--implementation``): the blog's code as
+#: written, and this project's equivalent formulation.
+IMPLEMENTATIONS = ("tuned", "stock")
+#: The largest batch size ``--max-batch`` tries, in samples.
+MAX_BATCH_CAP = 16384
 
 #: The `train` subcommand's help line and description.
 TRAIN_HELP = "train and time one cell of the study"
@@ -58,10 +65,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, default=Path("resources/mnist"),
                    help="folder with the four verified MNIST IDX files (default: %(default)s)")
     p.add_argument("--out", type=Path, required=True, help="output folder of the cell")
-    p.add_argument("--device", choices=DEVICES, default="cpu")
+    p.add_argument("--device", choices=DEVICES, default="cpu",
+                   help="cpu; cuda (NVIDIA CUDA, or AMD ROCm/HIP with torch's ROCm build); xpu "
+                   "(Intel GPU); mps (Apple silicon)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="fp32; tf32 (CUDA); bf16 autocast (CPU, CUDA); fp16 autocast with "
-                   "GradScaler (CUDA)")
+                   help="fp32; tf32 (cuda); bf16 autocast (every device); fp16 autocast with "
+                   "GradScaler (cuda, xpu, mps); a precision the device's capability query "
+                   "refuses makes the cell unavailable")
     p.add_argument("--batch-size", type=positive_int, default=128, help="samples per step")
     p.add_argument("--loader", choices=LOADERS, default="resident",
                    help="dataloader: Dataset + transform + torch DataLoader (the blog's "
@@ -71,6 +81,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--threads", type=non_negative_int, default=0,
                    help="torch intra-op CPU threads (0: torch's default)")
+    allocator_option(p)
     p.add_argument("--workers", type=non_negative_int, default=0,
                    help="DataLoader worker processes (dataloader loader only)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False,
@@ -79,6 +90,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    choices=["default", "reduce-overhead", "max-autotune"],
                    help="wrap the model in torch.compile with this mode (bare --compile: "
                    "default; reduce-overhead uses CUDA graphs on CUDA)")
+    p.add_argument("--implementation", choices=IMPLEMENTATIONS, default="tuned",
+                   help="tuned (default): this project's formulation (Net: pool before ReLU, "
+                   "bit dropout, channels_last, fused Adam); stock: the blog's code as written "
+                   "(ReferenceNet, nn.Dropout, torch.optim.Adam, the default memory format); "
+                   "both compute the same function")
+    p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
+                   help="torch.backends.cudnn.benchmark on CUDA (autotuned during warm-up); "
+                   "recorded, no effect elsewhere")
+    p.add_argument("--max-batch", action="store_true",
+                   help="find the largest batch size that fits (doubling from --batch-size "
+                   f"until out of memory or {MAX_BATCH_CAP} samples; on a CPU, which has no "
+                   "device memory to fill, until half the available memory or 2048 samples) "
+                   "and train at it, timing the same number of samples (--max-steps x "
+                   "--batch-size) in fewer steps")
     p.add_argument("--warmup-steps", type=non_negative_int, default=3,
                    help="untimed warm-up steps; the trajectory is restored afterwards")
     p.add_argument("--max-steps", type=non_negative_int, default=0,
@@ -101,6 +126,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--experiment", default="adhoc", help="experiment name recorded")
     p.add_argument("--cell", default=None, help="cell id recorded (default: --out's name)")
     p.add_argument("--repeat", type=non_negative_int, default=0, help="repeat index recorded")
+    p.add_argument("--tip", default="", help="the tips experiment's lever this cell measures "
+                   "(recorded; mnistbench.study.TIPS)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import __version__, aggregate, atomic, blog, cost, schema, stats
+from . import __version__, aggregate, atomic, blog, cost, schema, stats, study
 
 
 class ReportError(Exception):
@@ -1231,14 +1231,15 @@ def _tip_cell(device, rule, base, group, spread) -> dict:
     """One tip on one device: speed-up over the baseline with its interval, accuracy effect,
     verdict; or why there is none."""
     empty = {"speed": "", "ci": "", "acc": "", "busy": "", "note": "", "span": True}
-    if device in rule.not_applicable:
+    not_applicable = study.not_applicable_reason(rule, device)
+    if not_applicable:
         measured = ""
         if group is not None and not group.empty:
             est = stats.ratio_ci(_col(base, "epoch_s_median"), _col(group, "epoch_s_median"))
             if est is not None:
                 measured = f" (measured anyway: {ratio_phrase(est)})"
         return {**empty, "verdict": "n/a", "cls": "na",
-                "note": rule.not_applicable[device] + measured}
+                "note": not_applicable + measured}
     if group is None or group.empty:
         return {**empty, "verdict": "not measured", "cls": "na", "note": ""}
     ok = group[group["status"] == "ok"]

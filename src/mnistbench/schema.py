@@ -7,7 +7,8 @@ A cell's folder holds three files:
   "results"}``; ``params`` keys are :data:`PARAM_FIELDS`, ``results`` keys are
   :data:`RESULT_FIELDS`, ``timing`` keys are :data:`TIMING_FIELDS`, ``env`` keys are
   :data:`ENV_FIELDS`; ``sources`` says where energy figures came from (``gpu_energy``:
-  nvml-counter, nvml-power-integral or null; ``cpu_energy``: rapl or null) and which Adam
+  nvml-counter, nvml-power-integral, amdsmi-counter, amdsmi-power-integral or null;
+  ``cpu_energy``: rapl or null) and which Adam
   kernel ran (``adam``: torch._fused_adam_ or torch.optim.Adam(fused=True); ``adam_fallback``:
   why the private kernel was not used, or null).
 - ``epochs.csv``: one row per timed epoch, columns :data:`EPOCH_COLUMNS`.
@@ -23,13 +24,37 @@ from __future__ import annotations
 #: Version of summary.json. A later version only adds fields: every field added after
 #: version 1 is listed in :data:`ADDED_IN`, and a summary of an older version is read with those
 #: fields empty, so results of machines running an older mnistbench still merge.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Field -> the schema version that added it (fields not listed are in version 1).
 ADDED_IN: dict[str, int] = {
     "time_limit": 2,
     "container_image_id": 2,
     "launch": 2,
+    # Device backends and the hardware record (issue 12).
+    "bf16_path": 3,
+    "timing_method": 3,
+    "peak_device_mem_mb": 3,
+    **dict.fromkeys(("gpu_sm_clock_start_mhz", "gpu_sm_clock_end_mhz", "gpu_mem_clock_start_mhz",
+                     "gpu_mem_clock_end_mhz", "gpu_power_limit_start_w", "gpu_power_limit_end_w",
+                     "gpu_throttle_start", "gpu_throttle_end"), 3),
+    **dict.fromkeys(("gpu_backend", "hip", "cpu_capability", "cpu_flags", "cpu_bf16", "onednn",
+                     "mkl", "cpu_governor", "cpu_turbo"), 3),
+    "allocator": 3,
+    "allocator_loaded": 3,
+    "implementation": 3,
+    "cudnn_benchmark": 3,
+    "max_batch": 3,
+    "max_batch_stop": 3,
+    "tip": 3,
+    "system_load_mean": 3,
+    "others_load_mean": 3,
+    "busy": 3,
+    "allocator_library": 3,
+    "malloc_tuning": 3,
+    "interop_threads": 3,
+    "omp_settings": 3,
+    "cpu_affinity": 3,
 }
 
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
@@ -50,7 +75,8 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "experiment": ("", "experiment the cell belongs to: convergence or sweep"),
     "cell": ("", "cell id, unique within env and experiment"),
     "repeat": ("", "repeat index, 0-based"),
-    "device": ("", "cpu or cuda"),
+    "device": ("", "cpu, cuda (NVIDIA CUDA or AMD ROCm/HIP: env.gpu_backend), xpu (Intel) or "
+               "mps (Apple)"),
     "precision": ("", "fp32, tf32, bf16 or fp16"),
     "loader": ("", "dataloader (torch DataLoader + transform) or resident (tensor on device)"),
     "batch_size": ("samples", "training batch size"),
@@ -62,6 +88,10 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "pin_memory": ("", "DataLoader pin_memory (dataloader loader only)"),
     "compile": ("", "torch.compile mode, empty for eager: default, reduce-overhead, max-autotune"),
     "cuda_graphs": ("", "whether CUDA graphs were used (torch.compile reduce-overhead on CUDA)"),
+    "bf16_path": ("", "how a bf16 cell's bf16 ran: native (bf16 hardware: AVX512-BF16/AMX on a "
+                  "CPU, bf16 tensor cores on a GPU), emulated (bf16 numerics on fp32 units), "
+                  "unknown (no query says: mps); empty for other precisions and for cells "
+                  "that never reached the device"),
     "warmup_steps": ("steps", "untimed warm-up steps before the first timed epoch"),
     "max_steps": ("steps", "cap on training steps per epoch (0: no cap)"),
     "train_limit": ("samples", "training samples used (0: all 60000)"),
@@ -70,6 +100,18 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "sample_interval": ("s", "resource sampler period"),
     "time_limit": ("s", "wall-clock limit of the warm-up and timed epochs (0: none); a cell "
                    "that reaches it is failed"),
+    "allocator": ("", "memory allocator asked for: auto (the fastest installed), glibc, "
+                  "glibc-tuned, jemalloc, tcmalloc; env.allocator_loaded is what ran"),
+    "implementation": ("", "tuned (this project's formulation) or stock (the blog's code as "
+                       "written: ReferenceNet, nn.Dropout, torch.optim.Adam)"),
+    "cudnn_benchmark": ("", "torch.backends.cudnn.benchmark (CUDA only; recorded everywhere)"),
+    "max_batch": ("", "whether the cell found its batch size itself (the largest that fits; "
+                  "batch_size is what it found)"),
+    "max_batch_stop": ("", "what ended that search: out of memory, the CPU memory budget or "
+                       "the cap (2048 samples on a CPU, 16384 elsewhere, or the training "
+                       "samples)"),
+    "tip": ("", "the tips experiment's lever the cell measures (mnistbench.study.TIPS), empty "
+            "in the other experiments"),
 }
 
 ENV_FIELDS: dict[str, tuple[str, str]] = {
@@ -79,13 +121,26 @@ ENV_FIELDS: dict[str, tuple[str, str]] = {
     "torch": ("", "PyTorch version"),
     "cuda": ("", "CUDA version torch was built with (empty when none)"),
     "cudnn": ("", "cuDNN version (empty when none)"),
+    "hip": ("", "HIP (ROCm) version torch was built with (empty when none)"),
     "cpu_model": ("", "CPU model name"),
+    "cpu_capability": ("", "the vector ISA torch dispatches to "
+                       "(torch.backends.cpu.get_cpu_capability()): e.g. AVX2, AVX512, SVE256"),
+    "cpu_flags": ("", "CPU flags that decide torch's kernels, those present: avx2 avx512f "
+                  "avx512_bf16 avx512_fp16 amx_tile amx_bf16 amx_int8 amx_fp16 sve sve2 bf16"),
+    "cpu_bf16": ("", "bf16 on this CPU: native (oneDNN's AVX512-BF16/AMX kernels) or emulated "
+                 "(bf16-rounded operands on fp32 kernels, mnistbench.model)"),
+    "onednn": ("", "oneDNN version torch was built with (torch.__config__)"),
+    "mkl": ("", "MKL version torch was built with (empty when none)"),
+    "cpu_governor": ("", "cpufreq scaling governor(s), empty where not exposed (VMs)"),
+    "cpu_turbo": ("", "turbo/boost: on or off, empty where not readable"),
     "cpu_cores_logical": ("", "logical CPU cores"),
     "cpu_cores_physical": ("", "physical CPU cores"),
     "torch_threads": ("", "torch.get_num_threads() at capture"),
     "memory_gb": ("GiB", "total system memory"),
     "gpu_name": ("", "GPU model (empty when none)"),
-    "gpu_count": ("", "number of CUDA devices visible"),
+    "gpu_backend": ("", "the accelerator torch sees: cuda (NVIDIA), rocm (AMD ROCm/HIP, torch's "
+                    "cuda device type), xpu (Intel), mps (Apple); empty when none"),
+    "gpu_count": ("", "number of accelerator devices torch sees (of gpu_backend)"),
     "gpu_memory_gb": ("GiB", "total memory of GPU 0"),
     "gpu_driver": ("", "NVIDIA driver version"),
     "git_revision": ("", "git revision of the project (with -dirty when modified)"),
@@ -98,6 +153,14 @@ ENV_FIELDS: dict[str, tuple[str, str]] = {
     "slurm_node": ("", "SLURM node name"),
     "launch": ("", "how the cell's process started: exec (a new process) or fork-server "
                "(forked from a process that had only imported torch; see forkserver.py)"),
+    # The CPU runtime as it really was (mnistbench.cpuruntime).
+    "allocator_loaded": ("", "memory allocator as loaded, read from the process's maps: "
+                         "glibc, glibc-tuned, jemalloc or tcmalloc"),
+    "allocator_library": ("", "the preloaded allocator library (empty for glibc)"),
+    "malloc_tuning": ("", "mallopt tuning applied (glibc-tuned), empty when none"),
+    "interop_threads": ("", "torch.get_num_interop_threads()"),
+    "omp_settings": ("", "OpenMP / MKL variables set for the cell (OMP_*, KMP_*, ...)"),
+    "cpu_affinity": ("", "CPUs the cell's process may run on (sched_getaffinity), e.g. 0-1"),
 }
 
 TIMING_FIELDS: dict[str, tuple[str, str]] = {
@@ -109,6 +172,9 @@ TIMING_FIELDS: dict[str, tuple[str, str]] = {
     "data_load_s": ("s", "reading MNIST and building the loaders"),
     "warmup_s": ("s", "untimed warm-up: autotuning, compilation, first-touch allocation"),
     "timed_s": ("s", "sum of the timed epochs' wall times"),
+    "timing_method": ("", "how the phases were timed: host-clock (cpu), cuda-events, "
+                      "device-events (the backend's timing events), sync+host-clock "
+                      "(synchronise, then the host clock: a backend without events)"),
     "overhead_s": ("s", "process wall time outside the timed epochs and the warm-up: startup, "
                    "data load, model build, writing"),
 }
@@ -132,13 +198,31 @@ RESULT_FIELDS: dict[str, tuple[str, str]] = {
     "final_train_loss": ("", "mean training cross-entropy of the last epoch"),
     "peak_rss_mb": ("MiB", "peak resident set size of the process"),
     "peak_cuda_mem_mb": ("MiB", "peak CUDA memory allocated by torch"),
+    "peak_device_mem_mb": ("MiB", "peak accelerator memory allocated by torch "
+                           "(torch.accelerator.max_memory_allocated); empty on cpu and mps"),
     "cpu_pct_mean": ("%", "mean process CPU use (100 = one core)"),
+    "system_load_mean": ("%", "mean machine-wide CPU use over the timed epochs (100 = every "
+                         "core busy)"),
+    "others_load_mean": ("%", "the part of system_load_mean other processes used (in % of all "
+                         "cores)"),
+    "busy": ("", "whether the cell was timed on a busy machine: others_load_mean above 25 %"),
     "cpu_pct_peak": ("%", "peak process CPU use (100 = one core)"),
     "gpu_util_mean": ("%", "mean GPU utilisation (NVML)"),
     "gpu_util_peak": ("%", "peak GPU utilisation (NVML)"),
     "gpu_power_mean_w": ("W", "mean GPU board power (NVML)"),
-    "gpu_energy_j": ("J", "GPU energy over the timed epochs (NVML counter)"),
+    "gpu_energy_j": ("J", "GPU energy over the timed epochs (NVML or AMD SMI counter)"),
     "cpu_energy_j": ("J", "CPU package energy over the timed epochs (RAPL)"),
+    # The GPU's state when the timed epochs start and end (NVML; AMD SMI): empty without one.
+    "gpu_sm_clock_start_mhz": ("MHz", "GPU graphics (SM) clock when the timed epochs start"),
+    "gpu_sm_clock_end_mhz": ("MHz", "GPU graphics (SM) clock when the timed epochs end"),
+    "gpu_mem_clock_start_mhz": ("MHz", "GPU memory clock when the timed epochs start"),
+    "gpu_mem_clock_end_mhz": ("MHz", "GPU memory clock when the timed epochs end"),
+    "gpu_power_limit_start_w": ("W", "GPU enforced power limit when the timed epochs start"),
+    "gpu_power_limit_end_w": ("W", "GPU enforced power limit when the timed epochs end"),
+    "gpu_throttle_start": ("", "GPU clock throttle reasons when the timed epochs start, joined "
+                           "by +: none, idle, sw_power_cap, hw_slowdown, sw_thermal, "
+                           "hw_thermal, hw_power_brake, ... (AMD: throttle_status=N)"),
+    "gpu_throttle_end": ("", "GPU clock throttle reasons when the timed epochs end"),
 }
 
 EPOCH_COLUMNS: dict[str, tuple[str, str]] = {
@@ -177,21 +261,30 @@ RESOURCE_COLUMNS: dict[str, tuple[str, str]] = {
 #: Columns that identify a cell in the aggregated tables, in front of every row.
 ID_COLUMNS = ("env", "experiment", "cell")
 
+#: Columns the aggregate step derives from a cell's fields (mnistbench.aggregate), after the
+#: environment's in summary.csv.
+DERIVED_FIELDS: dict[str, tuple[str, str]] = {
+    "hardware": ("", "the hardware a cell ran on, as the report labels it: the accelerator "
+                 "and its backend (e.g. NVIDIA H100 · CUDA, AMD MI300X · ROCm/HIP), or the "
+                 "CPU model and the ISA torch dispatches to with its bf16 flags (e.g. AMD "
+                 "EPYC 7B13 · AVX2); machines that differ in any of these differ here"),
+}
+
 
 def summary_columns() -> list[str]:
     """Columns of the aggregated ``summary.csv``, in order: identity, status, params, results,
-    timing, environment."""
+    timing, environment, derived."""
     cols = [*ID_COLUMNS, "status", "reason"]
     cols += [k for k in PARAM_FIELDS if k not in ID_COLUMNS]
-    cols += list(RESULT_FIELDS) + list(TIMING_FIELDS) + list(ENV_FIELDS)
+    cols += list(RESULT_FIELDS) + list(TIMING_FIELDS) + list(ENV_FIELDS) + list(DERIVED_FIELDS)
     return cols
 
 
 def units() -> dict[str, str]:
     """Unit of every known column name (the first definition wins)."""
     out: dict[str, str] = {}
-    for table in (PARAM_FIELDS, RESULT_FIELDS, TIMING_FIELDS, ENV_FIELDS, EPOCH_COLUMNS,
-                  RESOURCE_COLUMNS):
+    for table in (PARAM_FIELDS, RESULT_FIELDS, TIMING_FIELDS, ENV_FIELDS, DERIVED_FIELDS,
+                  EPOCH_COLUMNS, RESOURCE_COLUMNS):
         for name, (unit, _) in table.items():
             out.setdefault(name, unit)
     return out
@@ -205,6 +298,7 @@ def markdown_tables() -> str:
         ("summary.json results / summary.csv", RESULT_FIELDS),
         ("summary.json timing / summary.csv", TIMING_FIELDS),
         ("summary.json env / summary.csv", ENV_FIELDS),
+        ("summary.csv, derived by the aggregate step", DERIVED_FIELDS),
         ("epochs.csv", EPOCH_COLUMNS),
         ("resources.csv", RESOURCE_COLUMNS),
     ):

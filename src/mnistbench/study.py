@@ -25,7 +25,7 @@ from .devices import is_supported
 from .envvars import CONTAINER_VAR, ENV_NAME_VAR
 
 #: The experiments of a study, in the order their cells are listed within a repeat.
-EXPERIMENTS = ("convergence", "sweep")
+EXPERIMENTS = ("convergence", "sweep", "tips")
 
 #: Longest name :func:`safe_name` returns, in characters.
 MAX_NAME_LEN = 100
@@ -118,9 +118,116 @@ def partition_env_name(partition: str, name: str = "", prefix: str = "") -> str:
     return safe_name(f"{head}-{partition or 'default'}")
 
 
-def cell_id(device: str, precision: str, loader: str, batch_size: int, repeat: int) -> str:
-    """The folder name of a cell, e.g. ``cuda-fp32-resident-b128-r0``."""
-    return f"{device}-{precision}-{loader}-b{batch_size}-r{repeat}"
+def cell_id(device: str, precision: str, loader: str, batch_size: int | str, repeat: int,
+            variant: str = "") -> str:
+    """The folder name of a cell, e.g. ``cuda-fp32-resident-b128-r0``; a ``variant`` (a tip
+    of the tips experiment) goes before the repeat: ``cpu-fp32-dataloader-b128-workers-4-r0``;
+    a batch size found by the cell itself is ``bmax``."""
+    tag = f"-{safe_name(variant)}" if variant else ""
+    return f"{device}-{precision}-{loader}-b{batch_size}{tag}-r{repeat}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The tips experiment: the blog's advice and the project's own levers, measured
+@dataclass(frozen=True)
+class Tip:
+    """One lever of the tips experiment: the train settings it changes from the baseline,
+    the devices it applies to (None: every device) and why it does not apply elsewhere."""
+
+    name: str  # recorded as params.tip
+    source: str  # "blog" (the blog's advice), "project" (this project's levers) or "baseline"
+    changes: Mapping[str, object]
+    devices: tuple[str, ...] | None = None
+    not_applicable: str = ""
+    change: str = ""  # what it changes, in words, for the report
+
+
+#: The baseline of the tips experiment: the blog's cell as its code runs it (dataloader, fp32,
+#: batch 128, the literal model with nn.Dropout and torch.optim.Adam, PyTorch's defaults:
+#: no workers, no pinned memory, cudnn.benchmark off, the C library's allocator).
+TIP_BASELINE: dict[str, object] = {
+    "loader": "dataloader", "precision": "fp32", "batch_size": 128, "workers": 0,
+    "pin_memory": False, "implementation": "stock", "cudnn_benchmark": False,
+    "allocator": "glibc", "compile": "", "max_batch": False,
+}
+_GPU_ONLY = ("cuda",)
+#: The levers, each changed alone from :data:`TIP_BASELINE`, then together.
+TIPS: tuple[Tip, ...] = (
+    Tip("baseline", "baseline", {}, change="the blog's code as written: a DataLoader with a "
+        "per-sample transform, fp32, eager, batch 128, PyTorch's defaults"),
+    Tip("pin_memory", "blog", {"pin_memory": True}, ("cuda", "xpu"),
+        "pinned (page-locked) host memory only speeds up copies to a GPU",
+        "DataLoader(pin_memory=True)"),
+    Tip("workers=4", "blog", {"workers": 4}, change="4 DataLoader worker processes"),
+    Tip("workers=cores", "blog", {"workers": "cores"},
+        change="one DataLoader worker per logical core"),
+    Tip("amp-fp16", "blog", {"precision": "fp16"}, ("cuda", "xpu", "mps"),
+        "fp16 autocast training with a gradient scaler runs on accelerators only here",
+        "automatic mixed precision, float16 with a gradient scaler"),
+    Tip("amp-bf16", "blog", {"precision": "bf16"}, change="automatic mixed precision, bfloat16"),
+    Tip("cudnn.benchmark", "blog", {"cudnn_benchmark": True}, _GPU_ONLY,
+        "cuDNN is NVIDIA's GPU library: the CPU never calls it",
+        "torch.backends.cudnn.benchmark = True (cuDNN autotuning)"),
+    Tip("max-batch", "blog", {"max_batch": True},
+        change="the largest batch size that fits, found by the cell (same samples, fewer steps)"),
+    Tip("resident", "project", {"loader": "resident"},
+        change="the whole dataset as one tensor on the device, no DataLoader"),
+    Tip("compile", "project", {"compile": "default"}, change="torch.compile"),
+    Tip("tuned", "project", {"implementation": "tuned"},
+        change="this project's formulation of the same function (bit dropout, pool before "
+        "ReLU, channels_last, fused Adam)"),
+    Tip("allocator", "project", {"allocator": "auto"},
+        change="the fastest memory allocator installed (jemalloc or tcmalloc) instead of glibc"),
+    Tip("blog-all", "blog", {"pin_memory": True, "workers": 4, "precision": "amp",
+                             "cudnn_benchmark": True, "max_batch": True},
+        change="the blog's tips together: pinned memory, 4 workers, AMP, cudnn.benchmark, the "
+        "largest batch (each where it applies)"),
+    Tip("all", "project", {"loader": "resident", "implementation": "tuned",
+                           "allocator": "auto", "precision": "amp", "cudnn_benchmark": True},
+        change="this project's levers together: resident data, tuned code, the allocator, AMP, "
+        "cudnn.benchmark (each where it applies)"),
+)
+TIP_NAMES = tuple(tip.name for tip in TIPS)
+
+
+def tip_by_name(name: str) -> Tip:
+    """The :class:`Tip` called ``name``."""
+    for tip in TIPS:
+        if tip.name == name:
+            return tip
+    raise StudyError(f"unknown tip {name!r}; allowed: {', '.join(TIP_NAMES)}")
+
+
+def not_applicable_reason(tip: Tip, device: str) -> str:
+    """Why ``tip`` is not run on ``device`` ("" where it is)."""
+    return "" if tip_applies(tip, device) else (tip.not_applicable or f"not run on {device}")
+
+
+def tip_applies(tip: Tip, device: str) -> bool:
+    """Whether ``tip`` changes anything on ``device`` (and its precision runs there)."""
+    if tip.devices is not None and device not in tip.devices:
+        return False
+    precision = tip.changes.get("precision")
+    return precision in (None, "amp") or is_supported(device, str(precision))
+
+
+def tip_settings(tip: Tip, device: str, cores: int) -> dict[str, object]:
+    """The train settings of ``tip`` on ``device``: the baseline with the tip's changes; in a
+    combination, a change that does not apply to the device is left out (pinned memory and
+    cudnn.benchmark on a CPU); ``amp`` is fp16 with a GradScaler where the device runs it (the
+    blog's advice), else bf16; ``workers: cores`` is this machine's logical cores."""
+    settings = dict(TIP_BASELINE)
+    for key, value in tip.changes.items():
+        if key == "pin_memory" and device not in ("cuda", "xpu"):
+            continue
+        if key == "cudnn_benchmark" and device != "cuda":
+            continue
+        if value == "amp":
+            value = "fp16" if is_supported(device, "fp16") else "bf16"
+        if value == "cores":
+            value = cores
+        settings[key] = value
+    return settings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -145,11 +252,21 @@ class Cell:
     train_limit: int  # 0: every sample
     test_limit: int  # 0: every sample
     time_limit: float  # s, 0: none
+    # The tips experiment's cells set these; None: the study-wide setting (config).
+    tip: str = ""  # the lever (Tip.name) the cell measures
+    workers: int | None = None
+    pin_memory: bool | None = None
+    implementation: str | None = None  # stock | tuned
+    cudnn_benchmark: bool | None = None
+    allocator: str | None = None
+    compile: str | None = None
+    max_batch: bool = False  # the cell finds the largest batch size that fits
 
     @property
     def id(self) -> str:
         """The cell's folder name (:func:`cell_id`)."""
-        return cell_id(self.device, self.precision, self.loader, self.batch_size, self.repeat)
+        batch = "max" if self.max_batch else self.batch_size
+        return cell_id(self.device, self.precision, self.loader, batch, self.repeat, self.tip)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -171,19 +288,43 @@ class Cell:
             "--max-steps", str(self.max_steps), "--train-limit", str(self.train_limit),
             "--test-limit", str(self.test_limit), "--time-limit", repr(float(self.time_limit)),
             "--env", self.env, "--experiment", self.experiment, "--cell", self.id,
-            "--repeat", str(self.repeat),
+            "--repeat", str(self.repeat), *self._tip_args(),
         ]
+
+    def _tip_args(self) -> list[str]:
+        """Flags of the settings a tips cell sets itself (after the study-wide ones: the last
+        value of an option wins)."""
+        args = ["--tip", self.tip] if self.tip else []
+        if self.workers is not None:
+            args += ["--workers", str(self.workers)]
+        if self.pin_memory is not None:
+            args.append("--pin-memory" if self.pin_memory else "--no-pin-memory")
+        if self.implementation is not None:
+            args += ["--implementation", self.implementation]
+        if self.cudnn_benchmark is not None:
+            args.append("--cudnn-benchmark" if self.cudnn_benchmark else "--no-cudnn-benchmark")
+        if self.allocator is not None:
+            args += ["--allocator", self.allocator]
+        if self.compile:
+            args += ["--compile", self.compile]
+        if self.max_batch:
+            args.append("--max-batch")
+        return args
 
 
 def build_matrix(experiments: Mapping[str, Mapping], devices: Sequence[str], seed: int,
-                 envs_of: Callable[[str], Iterable[tuple[str, str | None]]]) -> list[Cell]:
+                 envs_of: Callable[[str], Iterable[tuple[str, str | None]]],
+                 cores: int = 1) -> list[Cell]:
     """Every cell of a validated config's ``experiments``, for ``devices``, each once per
     environment ``envs_of(device)`` gives ((env, partition) pairs), in run order.
 
     Repeat-major: every configuration gets its repeat 0 before any gets a repeat 1, so a study
     stopped early is still balanced and slow drift of the machine spreads over all cells. A
-    precision a device does not support (tf32 or fp16 on cpu) is not a cell of the study."""
-    enabled = [name for name in EXPERIMENTS if experiments[name]["enabled"]]
+    precision a device does not support (tf32 or fp16 on cpu) is not a cell of the study, nor
+    is a tip that does not apply to a device (the report shows it as n/a with
+    :attr:`Tip.not_applicable`). ``cores``: the machine's logical cores (tip workers=cores)."""
+    enabled = [name for name in EXPERIMENTS if name in experiments
+               and experiments[name]["enabled"]]
     repeats = max((experiments[name]["repeats"] for name in enabled), default=0)
     cells = []
     for repeat in range(repeats):
@@ -191,25 +332,32 @@ def build_matrix(experiments: Mapping[str, Mapping], devices: Sequence[str], see
             spec = experiments[experiment]
             if repeat >= spec["repeats"]:
                 continue
-            if experiment == "convergence":
-                precisions, batch_sizes = [spec["precision"]], [spec["batch_size"]]
-            else:
-                precisions, batch_sizes = spec["precisions"], spec["batch_sizes"]
+            common = {"experiment": experiment, "repeat": repeat, "seed": seed + repeat,
+                      "epochs": spec["epochs"], "lr": spec["lr"],
+                      "warmup_steps": spec["warmup_steps"], "max_steps": spec["max_steps"],
+                      "train_limit": spec["train_limit"], "test_limit": spec["test_limit"],
+                      "time_limit": spec["time_limit"]}
             for device in devices:
-                for precision in precisions:
-                    if not is_supported(device, precision):
-                        continue
-                    for loader in spec["loaders"]:
-                        for batch_size in batch_sizes:
-                            for env, partition in envs_of(device):
-                                cells.append(Cell(
-                                    env=env, partition=partition, experiment=experiment,
-                                    repeat=repeat, seed=seed + repeat, device=device,
-                                    precision=precision, loader=loader,
-                                    batch_size=batch_size, epochs=spec["epochs"],
-                                    lr=spec["lr"], warmup_steps=spec["warmup_steps"],
-                                    max_steps=spec["max_steps"],
-                                    train_limit=spec["train_limit"],
-                                    test_limit=spec["test_limit"],
-                                    time_limit=spec["time_limit"]))
+                for settings in _cell_settings(experiment, spec, device, cores):
+                    for env, partition in envs_of(device):
+                        cells.append(Cell(env=env, partition=partition, device=device,
+                                          **common, **settings))
     return cells
+
+
+def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> list[dict]:
+    """The settings of every cell of ``experiment`` on ``device`` besides the common ones."""
+    if experiment == "tips":
+        out = []
+        for name in ["baseline", *(n for n in spec["tips"] if n != "baseline")]:
+            tip = tip_by_name(name)
+            if tip_applies(tip, device):
+                out.append({"tip": tip.name, **tip_settings(tip, device, cores)})
+        return out
+    if experiment == "convergence":
+        precisions, batch_sizes = [spec["precision"]], [spec["batch_size"]]
+    else:
+        precisions, batch_sizes = spec["precisions"], spec["batch_sizes"]
+    return [{"precision": precision, "loader": loader, "batch_size": batch_size}
+            for precision in precisions if is_supported(device, precision)
+            for loader in spec["loaders"] for batch_size in batch_sizes]

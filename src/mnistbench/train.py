@@ -10,8 +10,13 @@ Measurement policy (see the README's methodology):
   random generator are then restored, so the trajectory the seed determines is unchanged.
 - Timed epochs: phases are split by consecutive marks (``timing.py``): CUDA events on CUDA,
   with no synchronisation inside the loop (each step's loss is kept on the device, all read
-  once per epoch); ``time.perf_counter`` on CPU. Each epoch is data -> forward -> backward ->
-  optimizer per step, then evaluation on the test set.
+  once per epoch), the backend's own events on xpu and mps, synchronise + host clock on a
+  backend without events; ``time.perf_counter`` on CPU (``timing.timing_method`` says which).
+  Each epoch is data -> forward -> backward -> optimizer per step, then evaluation on the
+  test set.
+- The device (``devices.py``): a precision the device's capability query refuses (e.g. bf16
+  on an XPU without it) makes the cell ``unavailable`` with the query's answer; a bf16 cell
+  records whether bf16 ran natively or emulated (``params.bf16_path``).
 - A cell that cannot run is a result: ``unavailable`` (no such device), ``oom`` (out of memory
   at this batch size) or ``failed`` (any other error, with its message; also a cell whose
   warm-up and timed epochs outrun ``time_limit`` seconds), each with its own exit code and a
@@ -44,12 +49,12 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from . import atomic, data, devices, model, schema, study, sysinfo
+from . import atomic, cpuruntime, data, devices, hardware, model, schema, study, sysinfo
 from .envvars import PROCESS_START_VAR
 from .loaders import Loaders, build_loaders
 from .monitor import ResourceMonitor
-from .optim import make_adam
-from .timing import phase_timer, process_start_unix, synchronize
+from .optim import AdamImpl, make_adam
+from .timing import phase_timer, process_start_unix, synchronize, timing_method
 
 COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune")
 OUTPUT_FILES = (schema.EPOCHS_FILE, schema.RESOURCES_FILE, schema.SUMMARY_FILE)
@@ -84,9 +89,14 @@ class TrainConfig:
     lr: float = 1e-3
     seed: int = 0
     threads: int = 0  # 0: torch's default
+    allocator: str = "auto"  # cpuruntime.ALLOCATORS; what ran is env.allocator_loaded
     workers: int = 0
     pin_memory: bool = False
     compile: str = ""  # one of COMPILE_MODES; "" is eager
+    implementation: str = "tuned"  # tuned | stock (the blog's code as written)
+    cudnn_benchmark: bool = True  # torch.backends.cudnn.benchmark on CUDA
+    max_batch: bool = False  # find the largest batch size that fits (find_max_batch)
+    tip: str = ""  # the tips experiment's lever (recorded)
     warmup_steps: int = 3
     max_steps: int = 0  # 0: full epochs
     train_limit: int = 0  # 0: all 60000
@@ -129,6 +139,7 @@ class TrainConfig:
         values["env"] = self.env or study.environment_name()
         values["cell"] = self.cell or Path(self.out).name
         values["cuda_graphs"] = self.compile == "reduce-overhead" and self.device == "cuda"
+        values.setdefault("bf16_path", "")  # resolved once the device is up (bf16 cells)
         return {k: _jsonable(values.get(k)) for k in schema.PARAM_FIELDS}
 
 
@@ -156,16 +167,25 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, device: torch.device, init_seed: int) -> None:
         self.cfg, self.device = cfg, device
+        self.backend = devices.backend(cfg.device)
         self.policy = devices.precision_policy(cfg.precision)
         self.policy.apply_backend_flags()
-        self.base = model.build_model(init_seed).to(device, memory_format=torch.channels_last)
+        stock = cfg.implementation == "stock"
+        # stock: the blog's code as written (ReferenceNet, nn.Dropout, the default memory
+        # format, torch.optim.Adam); tuned: the same function, reformulated (model.py).
+        self.base = model.build_model(init_seed, cfg.implementation).to(
+            device, memory_format=torch.contiguous_format if stock else torch.channels_last)
         self.net = self.base
         if cfg.compile:
             self.net = torch.compile(self.base, mode=cfg.compile)
         # Fused Adam: one kernel (CUDA) or one pass (CPU) over all parameters; the same
         # update as torch.optim.Adam(fused=True) without its start-up cost (optim.py).
         # torch._fused_adam_ when it passes its start-up check, else the public fallback.
-        self.optimizer, self.adam = make_adam(self.base.parameters(), lr=cfg.lr)
+        if stock:
+            self.optimizer = torch.optim.Adam(self.base.parameters(), lr=cfg.lr)
+            self.adam = AdamImpl(STOCK_ADAM)
+        else:
+            self.optimizer, self.adam = make_adam(self.base.parameters(), lr=cfg.lr)
         self.scaler = torch.amp.GradScaler(device.type) if self.policy.grad_scaler else None
         # Each step's training loss stays on the device (one copy, no synchronisation) until
         # take_losses() reads them all at once; _sizes holds each step's samples.
@@ -236,6 +256,8 @@ class Trainer:
         }
         if self.device.type == "cuda":
             state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+        elif self.backend.is_accelerator:
+            state["device_rng"] = self.backend.get_rng_state()
         return state
 
     def restore(self, state: dict) -> None:
@@ -245,6 +267,8 @@ class Trainer:
         torch.set_rng_state(state["cpu_rng"])
         if "cuda_rng" in state:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
+        if "device_rng" in state:
+            self.backend.set_rng_state(state["device_rng"])
         if self.scaler is not None:
             self.scaler = torch.amp.GradScaler(self.device.type)
         self._sizes = []
@@ -277,6 +301,64 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+#: What sources.adam records for the stock implementation.
+STOCK_ADAM = "torch.optim.Adam (stock)"
+#: The largest batch size --max-batch tries on a CPU, in samples: a CPU has no device memory
+#: to fill, and beyond this each step only takes longer (accelerators: options.MAX_BATCH_CAP).
+CPU_MAX_BATCH = 2048
+#: Share of the memory available at the start that a CPU search may plan to use.
+CPU_MEMORY_SHARE = 0.5
+
+
+def find_max_batch(cfg: TrainConfig, device: torch.device, train_size: int) -> int:
+    """The largest batch size that fits (--max-batch), found by trying: doubling from
+    ``cfg.batch_size``, one training step each on random data, until the device runs out of
+    memory (an accelerator), the memory a CPU step would need passes
+    :data:`CPU_MEMORY_SHARE` of what was available, or a cap (:data:`CPU_MAX_BATCH` on a CPU,
+    options.MAX_BATCH_CAP elsewhere, and ``train_size``). Sets ``cfg.batch_size`` to it
+    and scales ``cfg.max_steps`` so the cell times the same number of samples; records the
+    search in ``cfg.resolved`` and returns the size."""
+    import psutil
+
+    from .options import MAX_BATCH_CAP
+
+    start = cfg.batch_size
+    cap = min(CPU_MAX_BATCH if device.type == "cpu" else MAX_BATCH_CAP, train_size)
+    budget = CPU_MEMORY_SHARE * psutil.virtual_memory().available
+    process = psutil.Process()
+    best, size, per_sample, stop = start, start, None, "the cap"
+    while size <= cap:
+        if device.type == "cpu" and per_sample is not None and per_sample * size > budget:
+            stop = "the CPU memory budget"
+            break
+        probe = Trainer(cfg, device, init_seed=0)
+        x = torch.randn(size, 1, 28, 28, device=device)
+        y = torch.randint(0, 10, (size,), device=device)
+        before = process.memory_info().rss
+        try:
+            probe.step(x, y, _NullTimer())
+            synchronize(cfg.device)
+        except Exception as exc:
+            if not _is_oom(exc):
+                raise
+            stop = "out of memory"
+            break
+        finally:
+            del probe, x, y
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        used = max(process.memory_info().rss, resource.getrusage(
+            resource.RUSAGE_SELF).ru_maxrss * 1024) - before
+        per_sample = max(used, 1) / size
+        best, size = size, size * 2
+    if cfg.max_steps:
+        cfg.max_steps = max(1, math.ceil(cfg.max_steps * start / best))
+    cfg.batch_size = best
+    cfg.resolved["batch_size"] = best
+    cfg.resolved["max_batch_stop"] = stop
+    return best
+
+
 def warm_up(trainer: Trainer, loaders: Loaders, cfg: TrainConfig) -> float:
     """Run the untimed warm-up (see module docstring) and restore the trajectory; seconds."""
     if cfg.warmup_steps == 0:
@@ -295,9 +377,9 @@ def warm_up(trainer: Trainer, loaders: Loaders, cfg: TrainConfig) -> float:
     if loaders.test_size % cfg.eval_batch_size:
         eval_shapes.add(loaders.test_size % cfg.eval_batch_size)
     trainer.evaluate(loaders.sample_batch("test", s) for s in sorted(eval_shapes))
-    synchronize(trainer.device.type)
+    synchronize(cfg.device)
     trainer.restore(state)
-    synchronize(trainer.device.type)
+    synchronize(cfg.device)
     return time.perf_counter() - start
 
 
@@ -330,13 +412,14 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
                  progress: Progress, rows: list[dict]) -> dict:
     """The timed epochs: appends one row of ``epochs.csv`` to ``rows`` per finished epoch;
     returns the energy used over them."""
-    dev = trainer.device.type
+    dev = cfg.device
     timer = phase_timer(dev)
     steps_per_epoch = len(loaders.train)
     if cfg.max_steps:
         steps_per_epoch = min(steps_per_epoch, cfg.max_steps)
     monitor.set_stage("train")
     energy_start = monitor.energy()
+    monitor.record_gpu_state("start")
     for epoch in range(1, cfg.epochs + 1):
         trainer.begin_epoch(steps_per_epoch)
         synchronize(dev)
@@ -374,6 +457,7 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
             "samples_per_s": samples / train_s if train_s > 0 else None,
         })
     energy_end = monitor.energy()
+    monitor.record_gpu_state("end")
     energy = {
         k: (energy_end[k] - energy_start[k])
         if energy_end.get(k) is not None and energy_start.get(k) is not None else None
@@ -486,6 +570,11 @@ def set_up(cfg: TrainConfig) -> CellRun | int:
     except (devices.UnsupportedCombination, InvalidSetting) as exc:
         print(f"mnistbench train: error: {exc}", file=sys.stderr)
         return 2
+    try:
+        cpuruntime.prepare(cfg.allocator)  # glibc-tuned: mallopt before the first tensor
+    except cpuruntime.AllocatorError as exc:
+        print(f"mnistbench train: error: {exc}", file=sys.stderr)
+        return 2
     cfg.eval_batch_size = cfg.eval_batch_size or cfg.batch_size
     out = Path(cfg.out)
     created = prepare_out(out)
@@ -499,7 +588,8 @@ def set_up(cfg: TrainConfig) -> CellRun | int:
         gpu_index = 0
         gpu_uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", "")) or None
     monitor = ResourceMonitor(interval=cfg.sample_interval, gpu_index=gpu_index,
-                              gpu_uuid=gpu_uuid)
+                              gpu_uuid=gpu_uuid,
+                              gpu_vendor="amd" if torch.version.hip else "nvidia")
     monitor.start()
     monitor.set_stage("setup")
     return CellRun(cfg, out, created, started_unix, process_start, env_info, monitor, timing)
@@ -512,16 +602,28 @@ def execute(run: CellRun) -> None:
     warmup_start = time.perf_counter()
     try:
         device = devices.pick_device(cfg.device)
+        devices.check_precision(cfg.device, cfg.precision)  # the device's capability query
+        backend = devices.backend(cfg.device)
+        if cfg.precision == "bf16":
+            cfg.resolved["bf16_path"] = backend.bf16_path()
+        timing["timing_method"] = timing_method(cfg.device)
         seeds = stream_seeds(cfg.seed)
         torch.manual_seed(seeds["dropout"])  # the global RNG: dropout masks
         if device.type == "cuda":
-            torch.backends.cudnn.benchmark = True  # autotuned during warm-up
+            # Autotuned during warm-up when on (the default; the tips experiment turns it off).
+            torch.backends.cudnn.benchmark = cfg.cudnn_benchmark
             torch.cuda.reset_peak_memory_stats(device)
+        else:
+            backend.reset_peak_memory(device)
         shuffle_gen = torch.Generator().manual_seed(seeds["shuffle"])
         t0 = time.perf_counter()
         loaders = build_loaders(cfg, device, shuffle_gen)
-        synchronize(device.type)
+        synchronize(cfg.device)
         timing["data_load_s"] = time.perf_counter() - t0
+        if cfg.max_batch:
+            start = cfg.batch_size
+            if find_max_batch(cfg, device, loaders.train_size) != start:
+                loaders = build_loaders(cfg, device, shuffle_gen)  # at the size found
         run.trainer = Trainer(cfg, device, seeds["init"])
         progress = Progress(enabled=not cfg.quiet and sys.stderr.isatty())
         warmup_start = time.perf_counter()
@@ -565,6 +667,9 @@ def results_of(run: CellRun) -> dict:
     trainer = run.trainer
     if trainer is not None and trainer.device.type == "cuda":
         results["peak_cuda_mem_mb"] = torch.cuda.max_memory_allocated(trainer.device) / 2**20
+    if trainer is not None and trainer.backend.is_accelerator:
+        results["peak_device_mem_mb"] = trainer.backend.peak_memory_mb(trainer.device)
+    results.update(run.monitor.gpu_states())  # clocks, power limit, throttle: start and end
     results["gpu_energy_j"] = run.energy.get("gpu_j")
     results["cpu_energy_j"] = run.energy.get("cpu_j")
     return results
@@ -635,9 +740,32 @@ def run_cell(cfg: TrainConfig) -> int:
         return run
     execute(run)
     write_outputs(run)
+    save_collect_env(run)
     if run.status != "ok":
         print(f"mnistbench train: {run.status}: {run.reason}", file=sys.stderr)
     return schema.EXIT_CODES[run.status]
+
+
+def save_collect_env(run: CellRun) -> Path | None:
+    """Once per environment, torch's collect_env report beside its runs
+    (``RUNS/{env}/collect_env.txt``), written after the cell's outputs (so outside its
+    timing) when the cell lives at ``RUNS/{env}/{experiment}/{cell}`` and the file is not
+    there yet; the path written, or None. Never fails the cell: a report that cannot be made
+    or written is a warning on stderr."""
+    params = run.cfg.params()
+    out = Path(run.out)
+    if (out.name, out.parent.name, out.parent.parent.name) != (
+            params["cell"], params["experiment"], params["env"]):
+        return None
+    path = out.parent.parent / hardware.COLLECT_ENV_FILE
+    if path.exists():
+        return None
+    try:
+        return hardware.save_collect_env(path)
+    except Exception as exc:  # collect_env runs tools (pip, nvidia-smi): never fail a cell
+        print(f"mnistbench train: warning: could not save {path}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return None
 
 
 def _finite(value):

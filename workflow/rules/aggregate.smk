@@ -24,7 +24,7 @@ rule aggregate:
         "results/logs/aggregate.log",
     localrule: True  # on a cluster: here, not as a job
     conda:
-        "../envs/mnistbench.yaml"
+        "../../envs/conda.yaml"
     params:
         runs=lambda wildcards: RUNS,
         out_dir=lambda wildcards, output: os.path.dirname(output.summary),
@@ -48,7 +48,7 @@ rule install_tables:
         "results/logs/install_tables.log",
     localrule: True
     conda:
-        "../envs/mnistbench.yaml"
+        "../../envs/conda.yaml"
     shell:
         # All four staged tables there, then each renamed over its table (mv within one file
         # system: rename(2), atomic), so readers see the old table or the new one.

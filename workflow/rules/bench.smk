@@ -25,7 +25,7 @@ rule bench:
         cell="[A-Za-z0-9._-]+",
     priority: cell_priority
     conda:
-        "../envs/mnistbench.yaml"
+        "../../envs/conda.yaml"
     container:
         SLURM_CONTAINER  # slurm.smk: with --sdm apptainer, the cell in the image
     threads: MACHINE_CORES
@@ -37,8 +37,10 @@ rule bench:
         lock=TIMING_LOCK,
         out=lambda wildcards, output: os.path.dirname(output.summary),
         data=lambda wildcards, input: os.path.dirname(input.data[0]),
+        # The cell's flags come after the study-wide ones: a tips cell's own settings win.
         cell=lambda wildcards: shlex.join(cell(wildcards).train_args()),
         threads=config["threads"],
+        allocator=config["allocator"],
         workers=config["workers"],
         pin_memory=pin_memory_flag(),
         unset=" ".join(THREAD_VARIABLES),
@@ -52,9 +54,9 @@ rule bench:
                 echo "waiting for the machine's lock of timed cells, {params.lock}: another study is timing a cell" >&2
                 flock 9 || exit 1
             fi
-            {params.launcher} train {params.cell} \\
-            --threads {params.threads} --workers {params.workers} {params.pin_memory} \\
-            --data {params.data:q} --out {params.out:q} --quiet
+            {params.launcher} train --threads {params.threads} \\
+            --allocator {params.allocator} --workers {params.workers} {params.pin_memory} \\
+            {params.cell} --data {params.data:q} --out {params.out:q} --quiet
         ) 9<{params.lock:q} >>{log} 2>&1 || status=$?
         case $status in
             0) ;;

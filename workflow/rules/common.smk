@@ -17,7 +17,16 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from mnistbench import cost, data, devices, forkserver, machinelock, schema, study
+from mnistbench import (
+    cost,
+    cpuruntime,
+    data,
+    devices,
+    forkserver,
+    machinelock,
+    schema,
+    study,
+)
 from mnistbench.atomic import write_json, write_text
 from mnistbench.devices import DEVICES
 
@@ -50,6 +59,11 @@ try:
     validate(config, schema=CONFIG_SCHEMA)  # the cost model too: cost_model.schema.yaml
 except WorkflowError as exc:
     raise WorkflowError(config_error(exc)) from None
+if config["executor"] == "local" and config["runner"] == "local":
+    try:  # a library allocator must be installed here (on a cluster: on its nodes)
+        cpuruntime.resolve(config["allocator"])
+    except cpuruntime.AllocatorError as exc:
+        raise WorkflowError(f"config key allocator: {exc}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -101,7 +115,7 @@ TIMING_LOCK = timing_lock_file()
 def software_prefix():
     """Shell lines that make `mnistbench` the command of this project in every rule."""
     if DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method:
-        # The conda env (workflow/envs) holds the dependencies; the package is this checkout.
+        # The conda env (envs/conda.yaml) holds the dependencies; the package is this checkout.
         src = shlex.quote(str(Path(workflow.basedir, "src").resolve()))
         return (
             # (Snakemake formats the prefix like a shell command: literal braces are doubled.)
@@ -192,9 +206,13 @@ def start_fork_server():
         return
     log = Path(RESULTS, "logs", "forkserver.log")
     log.parent.mkdir(parents=True, exist_ok=True)
-    # The server loads torch under the environment of the cells (the bench rule unsets these).
+    # The server loads torch under the environment of the cells (the bench rule unsets these),
+    # with the study's allocator preloaded, as a cell's own process has it (cpuruntime): a
+    # cell asking for another allocator differs in LD_PRELOAD and runs as a new process.
     env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
-    handle = forkserver.spawn(python=sys.executable, log=log, env=env)
+    handle = forkserver.spawn(
+        python=sys.executable, log=log, env=env, allocator=config["allocator"]
+    )
     FORK_SERVER["handle"] = handle
     os.environ.update(handle.environment())  # inherited by every job of this execution
 

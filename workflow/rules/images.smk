@@ -17,7 +17,7 @@ rule docker_image:
     wildcard_constraints:
         device="|".join(DEVICES),
     conda:
-        "../envs/mnistbench.yaml"
+        "../../envs/conda.yaml"
     params:
         tag=lambda wildcards: config["docker"]["images"][wildcards.device]["tag"],
         build_args=shlex.join(

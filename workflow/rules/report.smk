@@ -24,7 +24,7 @@ rule report:
         "results/logs/report.log",
     localrule: True  # on a cluster: here, not as a job
     conda:
-        "../envs/mnistbench.yaml"
+        "../../envs/conda.yaml"
     params:
         results=lambda wildcards, input: os.path.dirname(input.summary),
         command=reproduce_command(),
