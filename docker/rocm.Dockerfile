@@ -39,6 +39,7 @@ RUN set --; \
     python3 -c "import ensurepip, venv" 2>/dev/null || set -- "$@" python3-venv; \
     command -v setpriv >/dev/null || set -- "$@" util-linux; \
     command -v tini >/dev/null || set -- "$@" tini; \
+    command -v g++ >/dev/null || set -- "$@" g++; \
     ldconfig -p | grep -q libjemalloc.so.2 || set -- "$@" libjemalloc2; \
     ldconfig -p | grep -q libtcmalloc_minimal.so.4 || set -- "$@" libtcmalloc-minimal4; \
     if [ "$#" -gt 0 ]; then \
@@ -116,6 +117,8 @@ WORKDIR /work
 COPY Snakefile /work/
 COPY workflow/ /work/workflow/
 COPY config/ /work/config/
+# The rules' conda environment (their conda: directives name it; Snakemake reads it).
+COPY envs/conda.yaml /work/envs/conda.yaml
 COPY src/ /work/src/
 COPY docker/entrypoint.sh /usr/local/bin/mnistbench-entrypoint
 LABEL org.opencontainers.image.title="mnistbench" \

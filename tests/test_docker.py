@@ -48,7 +48,7 @@ RUN_TIMEOUT_S = 600  # s, the most one container of these tests may take
 OWNER = 12345 if os.geteuid() == 0 else os.geteuid()
 OWNER_GID = 12345 if os.geteuid() == 0 else os.getegid()
 #: What the image's /work holds: the workflow, the package source, the two mount points.
-WORK_CONTENTS = {"Snakefile", "workflow", "config", "src", "results", "resources"}
+WORK_CONTENTS = {"Snakefile", "workflow", "config", "envs", "src", "results", "resources"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -13,9 +13,9 @@ Allocators (``--allocator``, config ``allocator``):
   trimming off, applied in the cell's process before its first tensor;
 - ``jemalloc``, ``tcmalloc``: preloaded libraries (``LD_PRELOAD``; Debian's libjemalloc2 and
   libtcmalloc-minimal4), which keep freed memory for reuse;
-- ``auto`` (the default): the fastest this machine offers (:data:`AUTO_ORDER`, measured with
-  ``benchmarks/bench_train.py --allocators``), falling back to ``glibc-tuned`` when no library
-  is installed; the summary records what ran.
+- ``auto`` (the default): the fastest measured here (:data:`AUTO_ORDER`: tcmalloc, measured
+  with ``benchmarks/bench_train.py --allocators``), falling back to ``glibc-tuned`` when it is
+  not installed; the summary records what ran.
 
 A preloaded library must be in place when the process starts: ``mnistbench train`` re-executes
 itself once with ``LD_PRELOAD`` set (:func:`ensure_allocator`, called by the console script
@@ -35,8 +35,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 ALLOCATORS = ("auto", "glibc", "glibc-tuned", "jemalloc", "tcmalloc")
-#: What ``auto`` picks, first found first: jemalloc was fastest here (README, bench_train).
-AUTO_ORDER = ("jemalloc", "tcmalloc")
+#: What ``auto`` picks, first found first, else glibc-tuned. Measured side by side
+#: (benchmarks/bench_train.py, Intel Xeon AVX512 with native bf16, 2 threads, 2026-12-03):
+#: tcmalloc 1.86x faster than glibc in bf16 and 1.02x in fp32, glibc-tuned 1.79x and 1.06x,
+#: and Debian's jemalloc with its default settings 0.72x and 0.73x (slower): jemalloc stays a
+#: choice, not a default. tcmalloc also keeps large buffers that glibc's 32 MiB mmap
+#: threshold cannot (fp32 at batch 512 and up).
+AUTO_ORDER = ("tcmalloc",)
 #: Preloadable allocators: their shared libraries, in order of preference, and the package
 #: that provides them on Debian/Ubuntu.
 LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -162,9 +167,9 @@ def allocator_option(p: argparse.ArgumentParser) -> None:
     """Declare ``--allocator`` on ``p`` (``mnistbench train`` declares it with this, and the
     console script reads it with it before anything is imported)."""
     p.add_argument("--allocator", default="auto", choices=ALLOCATORS,
-                   help="memory allocator of the cell: auto (default: the fastest installed, "
-                   "else glibc-tuned), glibc (stock), glibc-tuned (mallopt), jemalloc, "
-                   "tcmalloc (preloaded; Debian libjemalloc2, libtcmalloc-minimal4)")
+                   help="memory allocator of the cell: auto (default: tcmalloc where "
+                   "installed, else glibc-tuned), glibc (stock), glibc-tuned (mallopt), "
+                   "jemalloc, tcmalloc (preloaded; Debian libjemalloc2, libtcmalloc-minimal4)")
 
 
 def _allocator_of(argv: Sequence[str]) -> str:

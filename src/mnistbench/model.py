@@ -98,17 +98,20 @@ class ReferenceNet(nn.Module):
         return self.fc2(x)
 
 
+def _keep_bits(x: torch.Tensor) -> torch.Tensor:
+    """A 0/1 keep-mask shaped like ``x`` (uint8) from random bytes, 8 mask bits per byte."""
+    n = x.numel()
+    bits = torch.randint(0, 256, ((n + 7) // 8,), dtype=torch.uint8, device=x.device)
+    shifts = torch.arange(8, dtype=torch.uint8, device=x.device)
+    return (bits.unsqueeze(1) >> shifts).bitwise_and_(1).view(-1)[:n].view_as(x)
+
+
 class _BitDropout(torch.autograd.Function):
     """Dropout with p = 0.5 whose mask comes from random bytes, 8 mask bits per byte."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        n = x.numel()
-        nbytes = (n + 7) // 8
-        bits = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=x.device)
-        shifts = torch.arange(8, dtype=torch.uint8, device=x.device)
-        keep = (bits.unsqueeze(1) >> shifts).bitwise_and_(1).view(-1)[:n].view_as(x)
-        scale = keep.to(x.dtype).mul_(1.0 / (1.0 - DROPOUT_P))
+        scale = _keep_bits(x).to(x.dtype).mul_(1.0 / (1.0 - DROPOUT_P))
         ctx.save_for_backward(scale)
         return x * scale
 
