@@ -40,6 +40,7 @@ RUN set --; \
     command -v setpriv >/dev/null || set -- "$@" util-linux; \
     command -v tini >/dev/null || set -- "$@" tini; \
     command -v g++ >/dev/null || set -- "$@" g++; \
+    python3 -c "import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" 2>/dev/null || set -- "$@" python3-dev; \
     ldconfig -p | grep -q libjemalloc.so.2 || set -- "$@" libjemalloc2; \
     ldconfig -p | grep -q libtcmalloc_minimal.so.4 || set -- "$@" libtcmalloc-minimal4; \
     if [ "$#" -gt 0 ]; then \

@@ -17,7 +17,7 @@ import pytest
 import torch
 from conftest import TINY_TRAIN
 
-from mnistbench import atomic, cli, schema, train
+from mnistbench import atomic, cli, options, schema, train
 from mnistbench.devices import SUPPORTED
 
 TINY = {"max_steps": 4, "test_limit": 128, "warmup_steps": 1, "batch_size": 32,
@@ -595,7 +595,7 @@ def test_max_batch_on_a_cpu_stops_at_its_cap(tmp_path, tiny_mnist) -> None:
     """On a CPU the search stops at the training samples or the CPU cap, never beyond."""
     code, summary, _ = run(tmp_path, tiny_mnist, batch_size=64, max_steps=4, max_batch=True)
     assert code == 0, summary["reason"]
-    assert summary["params"]["batch_size"] == min(train.CPU_MAX_BATCH, TINY_TRAIN)
+    assert summary["params"]["batch_size"] == min(options.CPU_MAX_BATCH_CAP, TINY_TRAIN)
     assert summary["params"]["max_batch_stop"] == "the cap"
 
 

@@ -16,8 +16,12 @@ from .devices import DEVICES, LOADERS, PRECISIONS
 #: Implementations of the model and optimizer (``--implementation``): the blog's code as
 #: written, and this project's equivalent formulation.
 IMPLEMENTATIONS = ("tuned", "stock")
-#: The largest batch size ``--max-batch`` tries, in samples.
+#: The largest batch size ``--max-batch`` tries, in samples, on an accelerator and on a CPU (a
+#: CPU has no device memory to fill: beyond this each step only takes longer, and the tips
+#: experiment's stock bf16 cells on a CPU without native bf16 would outgrow the default
+#: study's hour).
 MAX_BATCH_CAP = 16384
+CPU_MAX_BATCH_CAP = 1024
 
 #: The `train` subcommand's help line and description.
 TRAIN_HELP = "train and time one cell of the study"
@@ -101,7 +105,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--max-batch", action="store_true",
                    help="find the largest batch size that fits (doubling from --batch-size "
                    f"until out of memory or {MAX_BATCH_CAP} samples; on a CPU, which has no "
-                   "device memory to fill, until half the available memory or 2048 samples) "
+                   f"device memory to fill, until half the available memory or "
+                   f"{CPU_MAX_BATCH_CAP} samples) "
                    "and train at it, timing the same number of samples (--max-steps x "
                    "--batch-size) in fewer steps")
     p.add_argument("--warmup-steps", type=non_negative_int, default=3,

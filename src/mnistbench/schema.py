@@ -108,8 +108,8 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "max_batch": ("", "whether the cell found its batch size itself (the largest that fits; "
                   "batch_size is what it found)"),
     "max_batch_stop": ("", "what ended that search: out of memory, the CPU memory budget or "
-                       "the cap (2048 samples on a CPU, 16384 elsewhere, or the training "
-                       "samples)"),
+                       "the cap (options.CPU_MAX_BATCH_CAP samples on a CPU, "
+                       "options.MAX_BATCH_CAP elsewhere, or the training samples)"),
     "tip": ("", "the tips experiment's lever the cell measures (mnistbench.study.TIPS), empty "
             "in the other experiments"),
 }

@@ -303,9 +303,6 @@ def time_limit(seconds: float):
 
 #: What sources.adam records for the stock implementation.
 STOCK_ADAM = "torch.optim.Adam (stock)"
-#: The largest batch size --max-batch tries on a CPU, in samples: a CPU has no device memory
-#: to fill, and beyond this each step only takes longer (accelerators: options.MAX_BATCH_CAP).
-CPU_MAX_BATCH = 2048
 #: Share of the memory available at the start that a CPU search may plan to use.
 CPU_MEMORY_SHARE = 0.5
 
@@ -314,16 +311,16 @@ def find_max_batch(cfg: TrainConfig, device: torch.device, train_size: int) -> i
     """The largest batch size that fits (--max-batch), found by trying: doubling from
     ``cfg.batch_size``, one training step each on random data, until the device runs out of
     memory (an accelerator), the memory a CPU step would need passes
-    :data:`CPU_MEMORY_SHARE` of what was available, or a cap (:data:`CPU_MAX_BATCH` on a CPU,
-    options.MAX_BATCH_CAP elsewhere, and ``train_size``). Sets ``cfg.batch_size`` to it
+    :data:`CPU_MEMORY_SHARE` of what was available, or a cap (options.CPU_MAX_BATCH_CAP on a
+    CPU, options.MAX_BATCH_CAP elsewhere, and ``train_size``). Sets ``cfg.batch_size`` to it
     and scales ``cfg.max_steps`` so the cell times the same number of samples; records the
     search in ``cfg.resolved`` and returns the size."""
     import psutil
 
-    from .options import MAX_BATCH_CAP
+    from .options import CPU_MAX_BATCH_CAP, MAX_BATCH_CAP
 
     start = cfg.batch_size
-    cap = min(CPU_MAX_BATCH if device.type == "cpu" else MAX_BATCH_CAP, train_size)
+    cap = min(CPU_MAX_BATCH_CAP if device.type == "cpu" else MAX_BATCH_CAP, train_size)
     budget = CPU_MEMORY_SHARE * psutil.virtual_memory().available
     process = psutil.Process()
     best, size, per_sample, stop = start, start, None, "the cap"
