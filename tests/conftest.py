@@ -17,6 +17,20 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_MNIST = REPO_ROOT.parent / "shared" / "mnist"
 TINY_TRAIN = 512  # samples in the train split of ``tiny_mnist``
 TINY_TEST = 256  # samples in the test split of ``tiny_mnist``
+
+
+def load_benchmark(name: str):
+    """The module benchmarks/NAME.py (benchmarks are scripts, not a package), loaded once."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 #: What gives the ``gpu`` tests a GPU, for the skip reason.
 GPU_HINT = ("run them on a machine with an NVIDIA GPU, its driver and a CUDA build of torch "
             "(`pytest -m gpu`; scripts/gpu-check runs them on a fresh GPU machine)")

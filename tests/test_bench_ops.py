@@ -3,28 +3,13 @@ function from the same random stream, so its ratios compare like with like."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import load_benchmark
 
 from mnistbench import model
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_ops", ROOT / "benchmarks" /
-                                                  "bench_ops.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_ops", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_benchmark("bench_ops")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

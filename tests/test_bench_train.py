@@ -3,29 +3,16 @@ train``'s, leaves the trajectory unchanged, and the figures are computed alike o
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import load_benchmark
 
 from mnistbench import loaders, train
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_train", ROOT / "benchmarks" /
-                                                  "bench_train.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_train", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
+bench = load_benchmark("bench_train")
 
 
 class _RecordingTrainer:
