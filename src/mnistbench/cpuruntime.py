@@ -36,10 +36,10 @@ from pathlib import Path
 
 ALLOCATORS = ("auto", "glibc", "glibc-tuned", "jemalloc", "tcmalloc")
 #: What ``auto`` picks, first found first, else glibc-tuned. Measured side by side
-#: (benchmarks/bench_train.py, Intel Xeon AVX512 with native bf16, 2 threads, 2026-12-03):
-#: tcmalloc 1.86x faster than glibc in bf16 and 1.02x in fp32, glibc-tuned 1.79x and 1.06x,
-#: and Debian's jemalloc with its default settings 0.72x and 0.73x (slower): jemalloc stays a
-#: choice, not a default. tcmalloc also keeps large buffers that glibc's 32 MiB mmap
+#: (benchmarks/bench_train.py --repeats 3, Intel Xeon AVX512 with native bf16, 2 threads,
+#: 2026-12-03, medians): tcmalloc 1.97x faster than glibc in bf16 and 1.13x in fp32,
+#: glibc-tuned 1.92x and 1.09x; Debian's jemalloc with its default settings 0.72x and 0.73x
+#: (one repeat; slower): jemalloc stays a choice, not a default. tcmalloc also keeps large buffers that glibc's 32 MiB mmap
 #: threshold cannot (fp32 at batch 512 and up).
 AUTO_ORDER = ("tcmalloc",)
 #: Preloadable allocators: their shared libraries, in order of preference, and the package
