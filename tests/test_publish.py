@@ -315,6 +315,39 @@ def test_round_trip_measure_on_a_pack_unpack_on_b_publish_shows_both(tmp_path, p
     assert publish.verify(Path("report")) == []
 
 
+def test_an_environment_with_a_study_of_its_own_is_checked_against_its_config(project):
+    """An environment that measured part of the matrix (here: no sweep) is refused as missing
+    cells under the study's config, published clean with --env-configfile naming its own
+    config (recorded in the manifest, README and command), and a name without cells is an
+    error."""
+    runs = project / "results" / "runs"
+    make_study(runs, envs=("beta",), machines={"beta": fakes.MACHINES[1]}, **FAKE)
+    set_env_field(runs, "git_revision", git(project, "rev-parse", "HEAD"))
+    shutil.rmtree(runs / "beta" / "sweep")
+    reaggregate(project)
+    own = Path("config") / "container.yaml"
+    (project / own).write_text(yaml.safe_dump({"experiments": {"sweep": {"enabled": False}}}))
+    with pytest.raises(publish.PublishError, match="1 missing: beta/sweep/cpu-fp32-resident"):
+        run_publish()
+    with pytest.raises(publish.PublishError, match="names gamma, which has no cells"):
+        run_publish(env_configfiles={"gamma": [own]})
+    result = run_publish(env_configfiles={"beta": [own]})
+    manifest = result.manifest
+    assert manifest["checks"]["missing"] == [] and manifest["checks"]["waived"] == []
+    assert manifest["env_configfiles"] == {"beta": ["config/container.yaml"]}
+    envs = {e["env"]: e for e in manifest["environments"]}
+    assert envs["beta"]["configfiles"] == ["config/config.yaml", "config/container.yaml"]
+    assert envs[ENV]["configfiles"] == ["config/config.yaml"]
+    assert manifest["command"] == (
+        "make study && .venv/bin/snakemake --cores all --configfile config/container.yaml && "
+        ".venv/bin/mnistbench publish --env-configfile=beta=config/container.yaml")
+    readme = (project / "report" / "README.md").read_text()
+    assert "`beta` measured a study of its own" in readme
+    assert "`config/container.yaml` on top" in readme
+    assert "Published despite" not in readme
+    assert publish.verify(Path("report")) == []
+
+
 # --------------------------------------------------------------------------- the study's cells
 def test_expected_cells_follow_the_config_and_each_environments_devices(project):
     """With devices auto an environment that recorded a GPU is expected to have cuda cells,
@@ -351,6 +384,14 @@ def test_cli_publish_refuses_with_one_error_line_then_publishes_and_checks(proje
     (project / "report" / "README.md").write_text("edited\n")
     assert cli.main(["publish", "--check"]) == 1
     assert "README.md does not match its SHA-256" in capsys.readouterr().err
+
+
+def test_cli_publish_env_configfile_takes_env_equals_file(project, capsys):
+    """`--env-configfile` without ENV=FILE is a usage error (exit 2) naming the value."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["publish", "--env-configfile", "config/container.yaml"])
+    assert info.value.code == 2
+    assert "'config/container.yaml' is not ENV=FILE" in capsys.readouterr().err
 
 
 def test_makefile_publish_target_runs_mnistbench_publish():

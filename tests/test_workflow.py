@@ -154,12 +154,15 @@ def test_snakefmt_check_passes():
 
 def test_schema_defaults_are_the_reports_cost_model_and_shipped_configs_validate():
     """An empty config's cost resolves to the report's built-in cost model; config.yaml and
-    quick.yaml validate against the schema and their cost model passes the report's check."""
+    every other shipped config (quick.yaml, container.yaml) validate against the schema and
+    their cost model passes the report's check."""
     empty: dict = {}
     validate(empty, str(CONFIG_SCHEMA))
     assert cost.resolve(empty["cost"]) == cost.DEFAULT_MODEL
     assert empty["experiments"]["sweep"]["precisions"] == ["fp32", "tf32", "bf16", "fp16"]
-    for name in ("config.yaml", "quick.yaml"):
+    shipped = sorted(path.name for path in (REPO / "config").glob("*.yaml"))
+    assert {"config.yaml", "quick.yaml", "container.yaml"} <= set(shipped)
+    for name in shipped:
         config = yaml.safe_load((REPO / "config" / name).read_text())
         validate(config, str(CONFIG_SCHEMA))
         cost.validate(config["cost"], source=name)

@@ -299,6 +299,11 @@ def _add_publish(sub) -> None:
     p.add_argument("--configfile", type=Path, action="append", default=None,
                    help="the config(s) the study ran with, in Snakemake's order (repeatable; "
                    "default: config/config.yaml)")
+    p.add_argument("--env-configfile", action="append", default=[], metavar="ENV=FILE",
+                   type=_env_file,
+                   help="environment ENV ran a study of its own: FILE was its --configfile, "
+                   "loaded after the --configfile(s); its cells are checked against that "
+                   "study (repeatable; e.g. the container's part of the matrix)")
     p.add_argument("--cost-model", type=Path, default=None,
                    help="cost model to publish (default: RESULTS/cost_model.json)")
     for kind, what in (("missing", "cells of the study that never ran or did not finish"),
@@ -311,6 +316,15 @@ def _add_publish(sub) -> None:
                    help="instead, check the publication in REPORT: checksums, and that "
                    "rendering its data again gives its index.html but for the date")
     p.set_defaults(func=_cmd_publish)
+
+
+def _env_file(text: str) -> tuple[str, Path]:
+    """``ENV=FILE`` of ``publish --env-configfile``."""
+    env, sep, path = text.partition("=")
+    if not sep or not env or not path:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not ENV=FILE (e.g. myhost-docker-cpu=config/container.yaml)")
+    return env, Path(path)
 
 
 def _cmd_publish(args) -> int:
@@ -326,11 +340,15 @@ def _cmd_publish(args) -> int:
         print(f"{args.report}: every checksum matches, and its data renders to its "
               "index.html")
         return 0
+    env_configfiles: dict[str, list[Path]] = {}
+    for env, path in args.env_configfile:
+        env_configfiles.setdefault(env, []).append(path)
     try:
         result = publish.publish(
             args.results, args.report, configfiles=args.configfile or [publish.DEFAULT_CONFIG],
-            cost_model=args.cost_model, allow_missing=args.allow_missing,
-            allow_failed=args.allow_failed, allow_stale=args.allow_stale, reason=args.reason,
+            env_configfiles=env_configfiles, cost_model=args.cost_model,
+            allow_missing=args.allow_missing, allow_failed=args.allow_failed,
+            allow_stale=args.allow_stale, reason=args.reason,
             log=_stderr)
     except publish.PublishError as exc:
         raise CliError(str(exc)) from None

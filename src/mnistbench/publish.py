@@ -48,7 +48,7 @@ import shutil
 import subprocess
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -187,17 +187,20 @@ def env_devices(config: dict, cells: Iterable[CellInfo]) -> list[str]:
     return list(config["devices"])
 
 
-def expected_cells(config: dict, cells: Sequence[CellInfo]) -> set[tuple[str, str, str]]:
+def expected_cells(config: dict, cells: Sequence[CellInfo],
+                   env_configs: Mapping[str, dict] | None = None) -> set[tuple[str, str, str]]:
     """(env, experiment, cell) of every cell the config's matrix asks of each environment
-    that has cells (:func:`mnistbench.study.build_matrix`, devices per :func:`env_devices`)."""
+    that has cells (:func:`mnistbench.study.build_matrix`, devices per :func:`env_devices`);
+    an environment in ``env_configs`` is asked what its own config's matrix holds."""
     by_env: dict[str, list[CellInfo]] = defaultdict(list)
     for cell in cells:
         by_env[cell.key[0]].append(cell)
     expected: set[tuple[str, str, str]] = set()
     for env, env_cells in by_env.items():
+        own = (env_configs or {}).get(env, config)
         cores = max((_int(c.env.get("cpu_cores_logical")) for c in env_cells), default=1)
-        matrix = study.build_matrix(config["experiments"], env_devices(config, env_cells),
-                                    int(config.get("seed", 0)),
+        matrix = study.build_matrix(own["experiments"], env_devices(own, env_cells),
+                                    int(own.get("seed", 0)),
                                     envs_of=lambda device, env=env: [(env, None)],
                                     cores=max(cores, 1))
         expected |= {c.key for c in matrix}
@@ -318,10 +321,11 @@ def stale_reasons(cells: Sequence[CellInfo], root: Path) -> tuple[list[Problem],
 
 
 def find_problems(cells: Sequence[CellInfo], incomplete: Sequence[str], config: dict,
-                  root: Path) -> tuple[list[Problem], str]:
+                  root: Path, env_configs: Mapping[str, dict] | None = None,
+                  ) -> tuple[list[Problem], str]:
     """Missing, failed and stale cells, in that order, and how the code was compared."""
     present = {c.key for c in cells}
-    missing = sorted({"/".join(k) for k in expected_cells(config, cells) - present}
+    missing = sorted({"/".join(k) for k in expected_cells(config, cells, env_configs) - present}
                      | set(incomplete))
     problems = [Problem("missing", name,
                         "incomplete: its folder has no summary.json (still running, or killed)"
@@ -337,12 +341,16 @@ def find_problems(cells: Sequence[CellInfo], incomplete: Sequence[str], config: 
 # publish
 def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
             configfiles: Sequence[Path] = (DEFAULT_CONFIG,),
+            env_configfiles: Mapping[str, Sequence[Path]] | None = None,
             config_schema: Path = CONFIG_SCHEMA, cost_model: Path | None = None,
             allow_missing: bool = False, allow_failed: bool = False,
             allow_stale: bool = False, reason: str = "", root: Path | None = None,
             log: Callable[[str], None] | None = None) -> Publication:
     """Publish ``results`` (``results/runs`` and the tables made from it) into ``report``.
 
+    ``env_configfiles``: environments that ran a study of their own (e.g. part of the matrix
+    in a container), each with the config(s) loaded after ``configfiles`` for it, as its
+    study's ``--configfile``; their cells are checked against that config's matrix.
     ``cost_model``: default ``results/cost_model.json`` (written by the workflow from config
     ``cost``). ``root``: the checkout the code is compared with (default: here). Paths are
     recorded relative to the current folder, where the publication is re-rendered from
@@ -355,8 +363,18 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
     if not cells:
         raise PublishError(f"no complete cell under {runs}: run the study first (make study).")
     config = load_config(configfiles, config_schema)
+    env_configfiles = {env: [Path(p) for p in paths]
+                       for env, paths in sorted((env_configfiles or {}).items())}
+    unknown = sorted(set(env_configfiles) - {c.key[0] for c in cells})
+    if unknown:
+        raise PublishError(
+            f"--env-configfile names {', '.join(unknown)}, which has no cells under {runs} "
+            f"(environments there: {', '.join(sorted({c.key[0] for c in cells}))}): check the "
+            "environment's name.")
+    env_configs = {env: load_config([*configfiles, *paths], config_schema)
+                   for env, paths in env_configfiles.items()}
     try:
-        problems, how = find_problems(cells, incomplete, config, root)
+        problems, how = find_problems(cells, incomplete, config, root, env_configs)
     except (KeyError, TypeError, ValueError) as exc:
         raise PublishError(f"cannot derive the study's cells from the config "
                            f"{', '.join(map(str, configfiles))}: {exc!r}. Pass the config the "
@@ -391,7 +409,7 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
         render_args = {
             "results": f"{report_arg}/{DATA_DIR}",
             "cost_model": f"{report_arg}/{DATA_DIR}/{COST_MODEL}",
-            "command": reproduce_command(configfiles),
+            "command": reproduce_command(configfiles, env_configfiles),
         }
         if data.exists() or data.is_symlink():
             os.rename(data, old_data)
@@ -401,7 +419,7 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
             log(f"rendering {report / INDEX} from {data}")
         render(render_args, stage / INDEX)
         manifest = _manifest(report, stage, cells, problems, how, waived, reason, configfiles,
-                             render_args, root)
+                             env_configfiles, render_args, root)
         (stage / README).write_text(readme(manifest), encoding="utf-8")
         manifest["files"] = _checksums(report, stage)
         atomic.write_json(data / MANIFEST, manifest)
@@ -491,15 +509,24 @@ def _display(path: Path) -> str:
         return path.as_posix()
 
 
-def reproduce_command(configfiles: Sequence[Path]) -> str:
-    """The commands that measure and publish this study, shown in the report."""
+def reproduce_command(configfiles: Sequence[Path],
+                      env_configfiles: Mapping[str, Sequence[Path]] | None = None) -> str:
+    """The commands that measure and publish this study, shown in the report: the study,
+    the study of each environment with a config of its own, then the publication."""
     extra = [str(p) for p in configfiles
              if os.path.normpath(str(p)) != os.path.normpath(str(DEFAULT_CONFIG))]
-    if not extra:
-        return "make study && make publish"
     flags = [arg for path in extra for arg in ("--configfile", path)]
-    return (f"{shlex.join(['.venv/bin/snakemake', '--cores', 'all', *flags])} && "
-            f"{shlex.join(['.venv/bin/mnistbench', 'publish', *flags])}")
+    env_configfiles = env_configfiles or {}
+    env_flags = [f"--env-configfile={env}={path}" for env, paths in env_configfiles.items()
+                 for path in paths]
+    commands = [shlex.join([".venv/bin/snakemake", "--cores", "all", *flags])
+                if flags else "make study"]
+    for paths in env_configfiles.values():
+        own = [arg for path in paths for arg in ("--configfile", str(path))]
+        commands.append(shlex.join([".venv/bin/snakemake", "--cores", "all", *flags, *own]))
+    commands.append(shlex.join([".venv/bin/mnistbench", "publish", *flags, *env_flags])
+                    if flags or env_flags else "make publish")
+    return " && ".join(commands)
 
 
 def render(render_args: dict, out: Path) -> Path:
@@ -536,8 +563,8 @@ def _checksums(report: Path, stage: Path) -> dict[str, dict]:
 
 
 def _manifest(report: Path, stage: Path, cells: Sequence[CellInfo], problems, how: str,
-              waived: list[str], reason: str, configfiles, render_args: dict,
-              root: Path) -> dict:
+              waived: list[str], reason: str, configfiles, env_configfiles: dict,
+              render_args: dict, root: Path) -> dict:
     rows = _summary_rows(report / DATA_DIR / aggregate.SUMMARY_CSV)
     found = checkout(root)
     by_env: dict[str, list[dict]] = defaultdict(list)
@@ -546,7 +573,9 @@ def _manifest(report: Path, stage: Path, cells: Sequence[CellInfo], problems, ho
     versions: dict[str, set] = defaultdict(set)
     for cell in cells:
         versions[cell.key[0]].add(cell.schema_version)
-    environments = [_environment(env, env_rows, versions[env])
+    environments = [{**_environment(env, env_rows, versions[env]),
+                     "configfiles": [str(p) for p in (*configfiles,
+                                                      *env_configfiles.get(env, ()))]}
                     for env, env_rows in sorted(by_env.items())]
     return {
         "format": FORMAT,
@@ -557,6 +586,8 @@ def _manifest(report: Path, stage: Path, cells: Sequence[CellInfo], problems, ho
         "git_revision": found[1] if found else "",
         "command": render_args["command"],
         "configfiles": [str(p) for p in configfiles],
+        "env_configfiles": {env: [str(p) for p in paths]
+                            for env, paths in env_configfiles.items()},
         "render": render_args,
         "cells": {"total": len(rows), "by_status": _statuses(rows)},
         "dates": _dates(rows),
