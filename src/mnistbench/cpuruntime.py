@@ -39,8 +39,8 @@ ALLOCATORS = ("auto", "glibc", "glibc-tuned", "jemalloc", "tcmalloc")
 #: (benchmarks/bench_train.py --repeats 3, Intel Xeon AVX512 with native bf16, 2 threads,
 #: 2026-12-03, medians): tcmalloc 1.97x faster than glibc in bf16 and 1.13x in fp32,
 #: glibc-tuned 1.92x and 1.09x; Debian's jemalloc with its default settings 0.72x and 0.73x
-#: (one repeat; slower): jemalloc stays a choice, not a default. tcmalloc also keeps large buffers that glibc's 32 MiB mmap
-#: threshold cannot (fp32 at batch 512 and up).
+#: (one repeat; slower): jemalloc stays a choice, not a default. tcmalloc also keeps large
+#: buffers that glibc's 32 MiB mmap threshold cannot (fp32 at batch 512 and up).
 AUTO_ORDER = ("tcmalloc",)
 #: Preloadable allocators: their shared libraries, in order of preference, and the package
 #: that provides them on Debian/Ubuntu.
