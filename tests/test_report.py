@@ -12,13 +12,15 @@ import struct
 from importlib import resources
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from fakes import cell_id, make_study, with_load, with_tips
 
 from mnistbench import aggregate, blog, cli, cost, plots, report, stats, study
 
 SECTIONS = ("findings", "headline", "blog", "time", "phases", "throughput", "convergence",
-            "resources", "cost", "tips", "recommendations", "matrix", "methodology")
+            "resources", "cost", "tips", "recommendations", "matrix", "runtimes",
+            "methodology")
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 COMMAND = 'make study && echo "<done>"'
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,6 +299,33 @@ def test_two_machines_side_by_side_with_hostile_host_names(tmp_path):
     assert "<th>env</th>" in html  # env column in the tables
     assert "AMD EPYC 7763" in html and "i7-12700K" in html
     assert "beta&amp;&lt;b&gt;: CPU AMD EPYC 7763" in _section(html, "findings")
+
+
+def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tmp_path):
+    """Two environments of one machine (a container beside the local runner): the runtimes
+    section gives each setting's epoch time in both and the container's ratio to the local
+    one, and a sentence with its median; a study of one environment says why there is
+    none."""
+    results = _study(tmp_path, envs=("vm-local",), repeats=2, batch_sizes=(128,),
+                     precisions=("fp32",), convergence_epochs=2, gpu=False, devices=("cpu",))
+    tables = aggregate.load_tables(results)
+    local = tables.summary
+    single = _text(_section(_write(tables, tmp_path / "one"), "runtimes"))
+    assert "Not measured: no cells of the same settings ran in two environments" in single
+    boxed = local.assign(env="vm-docker", container="mnistbench:cpu",
+                         epoch_s_median=local["epoch_s_median"] * 1.1)
+    both = aggregate.Tables(pd.concat([local, boxed], ignore_index=True), tables.epochs,
+                            tables.resources)
+    section = _text(_section(_write(both, tmp_path), "runtimes"))
+    settings = len(local.groupby(["experiment", "loader"]))
+    assert settings == 4
+    assert ("vm-docker took 1.10 × the epoch time of vm-local (median over 4 matched "
+            "settings; 1.10 × to 1.10 ×): 10.0 % slower.") in section
+    row = local[(local["experiment"] == "convergence") & (local["loader"] == "dataloader")]
+    median = float(row["epoch_s_median"].median())
+    assert (f"vm-docker vm-local convergence cpu fp32 dataloader 128 {report.seconds(median)} "
+            f"{report.seconds(median * 1.1)} 1.10 ×") in section
+    assert "2 / 2" in section
 
 
 def test_bad_inputs_raise_report_error_and_write_nothing(full, tmp_path):

@@ -20,6 +20,7 @@ import base64
 import math
 import re
 import shlex
+import statistics
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1305,6 +1306,74 @@ def _tips(summary):
     return devices, rows, ""
 
 
+# ---------------------------------------------------------------------------- runtimes
+
+#: What makes two cells of different environments the same measurement.
+_SAME_CELL = ["experiment", "device", "precision", "loader", "batch_size"]
+
+
+def _reference_env(envs, part) -> str:
+    """The environment the others of one hardware are compared with: one whose cells ran
+    outside a container (the local runner), else the first by name."""
+    local = [e for e in envs
+             if not any(str(v) for v in part.loc[part["env"] == e, "container"].fillna(""))]
+    return (local or envs)[0]
+
+
+def _runtimes(summary):
+    """(rows, sentences, why there are none): the same cells run in two environments of the
+    same hardware (a container beside the local runner, a SLURM job): each other
+    environment's median epoch time over the reference's, with its 95 % interval."""
+    if "hardware" not in summary.columns or "container" not in summary.columns:
+        return [], [], "Not measured: the summary has no hardware or container column."
+    cells, _ = discount_busy(summary[summary["status"] == "ok"])
+    keys = _SAME_CELL + ([TIP_COLUMN] if TIP_COLUMN in cells.columns else [])
+    cells = cells.assign(**{k: cells[k].fillna("") for k in keys if k != "batch_size"})
+    rows, sentences = [], []
+    for hardware in sorted(cells["hardware"].fillna("").unique()):
+        part = cells[cells["hardware"].fillna("") == hardware]
+        envs = sorted(part["env"].unique())
+        if len(envs) < 2:
+            continue
+        ref = _reference_env(envs, part)
+        for env in [e for e in envs if e != ref]:
+            ratios = []
+            mine, theirs = part[part["env"] == env], part[part["env"] == ref]
+            for key, group in mine.groupby(keys, sort=True):
+                match = theirs
+                for column, value in zip(keys, key, strict=True):
+                    match = match[match[column] == value]
+                est = stats.ratio_ci(_col(group, "epoch_s_median"),
+                                     _col(match, "epoch_s_median"))
+                if est is None:
+                    continue
+                ratios.append(est.value)
+                what = dict(zip(keys, key, strict=True))
+                rows.append({
+                    "env": env, "ref": ref, "experiment": what["experiment"],
+                    "device": what["device"], "precision": what["precision"],
+                    "loader": what["loader"], "batch": count(what["batch_size"]),
+                    "tip": what.get(TIP_COLUMN) or "",
+                    "ref_s": seconds(float(statistics.median(_col(match, "epoch_s_median")))),
+                    "env_s": seconds(float(statistics.median(_col(group, "epoch_s_median")))),
+                    "ratio": ratio_phrase(est),
+                    "repeats": f"{len(group)} / {len(match)}",
+                })
+            if ratios:
+                median = float(statistics.median(ratios))
+                sentences.append(
+                    f"On {hardware}, {env} took {num(median, 3, '×')} the epoch time of {ref} "
+                    f"(median over {plural(len(ratios), 'matched setting')}; "
+                    f"{num(min(ratios), 3, '×')} to {num(max(ratios), 3, '×')}): "
+                    + ("no measurable cost." if 0.98 <= median <= 1.02 else
+                       f"{abs(median - 1) * 100:.1f} % "
+                       + ("slower." if median > 1 else "faster.")))
+    if not rows:
+        return [], [], ("Not measured: no cells of the same settings ran in two environments "
+                        "of the same hardware (e.g. runner: docker beside runner: local).")
+    return rows, sentences, ""
+
+
 # ---------------------------------------------------------------------------- recommendations
 
 def _hourly(row: cost.CostRow) -> float | None:
@@ -1483,6 +1552,7 @@ def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: s
     blog_side, blog_checks, blog_subset, blog_detail = _blog_check(summary, cells, result,
                                                                    model)
     tip_devices, tip_rows, tips_absent = _tips(summary)
+    runtime_rows, runtime_sentences, runtimes_absent = _runtimes(summary)
     return {
         "title": "mnistbench: CPU vs GPU training of an MNIST CNN",
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -1536,6 +1606,9 @@ def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: s
         "tip_devices": tip_devices,
         "tip_rows": tip_rows,
         "tips_absent": tips_absent,
+        "runtime_rows": runtime_rows,
+        "runtime_sentences": runtime_sentences,
+        "runtimes_absent": runtimes_absent,
         "recommendations": _recommendations(summary, result, model),
         "non_ok_rows": non_ok,
         "non_ok_groups": non_ok_groups,
