@@ -316,7 +316,8 @@ def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tm
                          epoch_s_median=local["epoch_s_median"] * 1.1)
     both = aggregate.Tables(pd.concat([local, boxed], ignore_index=True), tables.epochs,
                             tables.resources)
-    section = _text(_section(_write(both, tmp_path), "runtimes"))
+    page = _write(both, tmp_path)
+    section = _text(_section(page, "runtimes"))
     settings = len(local.groupby(["experiment", "loader"]))
     assert settings == 4
     assert ("vm-docker took 1.10 × the epoch time of vm-local (median over 4 matched "
@@ -326,6 +327,9 @@ def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tm
     assert (f"vm-docker vm-local convergence cpu fp32 dataloader 128 {report.seconds(median)} "
             f"{report.seconds(median * 1.1)} 1.10 ×") in section
     assert "2 / 2" in section
+    # The findings describe the local environment, not the container's copy of it.
+    assert f"of the DataLoader's {report.seconds(median)} epoch" in _text(
+        _section(page, "findings"))
 
 
 def test_bad_inputs_raise_report_error_and_write_nothing(full, tmp_path):

@@ -877,6 +877,21 @@ def _no_gpu_sentence(summary, envs) -> str:
             "(snakemake --profile profiles/slurm)")
 
 
+def _primary_env(summary) -> str:
+    """The environment the findings describe when none has a GPU: the one with the most ok
+    cells (the full study, not a container's part of it), then one outside a container,
+    then the first by name."""
+    ok = summary[summary["status"] == "ok"]
+    container = summary.get("container")
+
+    def key(env):
+        boxed = container is not None and any(
+            str(v) for v in container[summary["env"] == env].fillna(""))
+        return (-int((ok["env"] == env).sum()), boxed, env)
+
+    return min(summary["env"].unique(), key=key)
+
+
 def _findings(summary, epochs, model):
     """Three to six sentences, computed from the quiet cells (busy ones left out where a
     quiet repeat exists)."""
@@ -903,7 +918,7 @@ def _findings(summary, epochs, model):
                          "No GPU cell ran at the blog's settings (batch 128, fp32), so there is "
                          "no GPU/CPU speed-up at them; the sweep compares the devices at other "
                          "settings")
-        env = envs[0]
+        env = _primary_env(summary)
         loader = _loader_sentence(cells, env)
         if loader:
             sentences.append(loader)
