@@ -302,10 +302,10 @@ def test_two_machines_side_by_side_with_hostile_host_names(tmp_path):
 
 
 def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tmp_path):
-    """Two environments of one machine (a container beside the local runner): the runtimes
-    section gives each setting's epoch time in both and the container's ratio to the local
-    one, and a sentence with its median; a study of one environment says why there is
-    none."""
+    """Three environments of one machine (a container and SLURM jobs beside the local
+    runner): the runtimes section gives each setting's epoch time in each and its ratio to the
+    local runner's, and a sentence with each median; a study of one environment says why
+    there is none."""
     results = _study(tmp_path, envs=("vm-local",), repeats=2, batch_sizes=(128,),
                      precisions=("fp32",), convergence_epochs=2, gpu=False, devices=("cpu",))
     tables = aggregate.load_tables(results)
@@ -314,7 +314,9 @@ def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tm
     assert "Not measured: no cells of the same settings ran in two environments" in single
     boxed = local.assign(env="vm-docker", container="mnistbench:cpu",
                          epoch_s_median=local["epoch_s_median"] * 1.1)
-    both = aggregate.Tables(pd.concat([local, boxed], ignore_index=True), tables.epochs,
+    jobs = local.assign(env="slurm-main", slurm_partition="main",
+                        epoch_s_median=local["epoch_s_median"] * 1.05)
+    both = aggregate.Tables(pd.concat([local, boxed, jobs], ignore_index=True), tables.epochs,
                             tables.resources)
     page = _write(both, tmp_path)
     section = _text(_section(page, "runtimes"))
@@ -326,6 +328,8 @@ def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tm
     median = float(row["epoch_s_median"].median())
     assert (f"vm-docker vm-local convergence cpu fp32 dataloader 128 {report.seconds(median)} "
             f"{report.seconds(median * 1.1)} 1.10 ×") in section
+    assert ("slurm-main took 1.05 × the epoch time of vm-local (median over 4 matched "
+            "settings; 1.05 × to 1.05 ×): 5.0 % slower.") in section
     assert "2 / 2" in section
     # The findings describe the local environment, not the container's copy of it.
     assert f"of the DataLoader's {report.seconds(median)} epoch" in _text(

@@ -868,8 +868,9 @@ def _seed_spread(cells) -> float | None:
 
 
 def _no_gpu_sentence(summary, envs) -> str:
-    reasons = "; ".join(f"{env}: {_absent_reason(summary, env, 'cuda')}" if len(envs) > 1
-                        else _absent_reason(summary, env, "cuda") for env in envs)
+    why = {env: _absent_reason(summary, env, "cuda") for env in envs}
+    reasons = ("; ".join(f"{env}: {text}" for env, text in why.items())
+               if len(set(why.values())) > 1 else next(iter(why.values())))
     return (f"This study has no GPU ({reasons}), so there is no GPU/CPU speed-up; to add one, "
             "copy another machine's results/runs/ENV folder into results/runs/ and rerun "
             "(snakemake --cores all), run the study in the CUDA image (docker run --gpus all "
@@ -877,19 +878,20 @@ def _no_gpu_sentence(summary, envs) -> str:
             "(snakemake --profile profiles/slurm)")
 
 
+def _scheduled(summary, env) -> bool:
+    """Whether ``env``'s cells ran in a container or as SLURM jobs (not the local runner)."""
+    part = summary[summary["env"] == env]
+    return any(str(v) for column in ("container", "slurm_partition") if column in part.columns
+               for v in part[column].fillna(""))
+
+
 def _primary_env(summary) -> str:
     """The environment the findings describe when none has a GPU: the one with the most ok
-    cells (the full study, not a container's part of it), then one outside a container,
-    then the first by name."""
+    cells (the full study, not a container's part of it), then the local runner's, then the
+    first by name."""
     ok = summary[summary["status"] == "ok"]
-    container = summary.get("container")
-
-    def key(env):
-        boxed = container is not None and any(
-            str(v) for v in container[summary["env"] == env].fillna(""))
-        return (-int((ok["env"] == env).sum()), boxed, env)
-
-    return min(summary["env"].unique(), key=key)
+    return min(summary["env"].unique(), key=lambda env: (
+        -int((ok["env"] == env).sum()), _scheduled(summary, env), env))
 
 
 def _findings(summary, epochs, model):
@@ -1328,17 +1330,18 @@ _SAME_CELL = ["experiment", "device", "precision", "loader", "batch_size"]
 
 
 def _reference_env(envs, part) -> str:
-    """The environment the others of one hardware are compared with: one whose cells ran
-    outside a container (the local runner), else the first by name."""
-    local = [e for e in envs
-             if not any(str(v) for v in part.loc[part["env"] == e, "container"].fillna(""))]
-    return (local or envs)[0]
+    """The environment the others of one hardware are compared with: the local runner's
+    (cells neither in a container nor SLURM jobs), else the one with most cells, else the
+    first by name."""
+    return min(envs, key=lambda env: (_scheduled(part, env), -int((part["env"] == env).sum()),
+                                      env))
 
 
 def _runtimes(summary):
     """(rows, sentences, why there are none): the same cells run in two environments of the
-    same hardware (a container beside the local runner, a SLURM job): each other
-    environment's median epoch time over the reference's, with its 95 % interval."""
+    same hardware (a container or SLURM jobs beside the local runner): each other
+    environment's median epoch time over the reference's (:func:`_reference_env`), with its
+    95 % interval."""
     if "hardware" not in summary.columns or "container" not in summary.columns:
         return [], [], "Not measured: the summary has no hardware or container column."
     cells, _ = discount_busy(summary[summary["status"] == "ok"])
