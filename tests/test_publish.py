@@ -348,6 +348,25 @@ def test_an_environment_with_a_study_of_its_own_is_checked_against_its_config(pr
     assert publish.verify(Path("report")) == []
 
 
+def test_reproduce_command_gives_snakemake_its_configfiles_after_one_flag():
+    """Snakemake gets a study's config files after one --configfile (a repeated flag keeps
+    only the last), a SLURM environment's study runs through profiles/slurm, and publish gets
+    every config file it must read, one flag each."""
+    command = publish.reproduce_command(
+        [Path("config/config.yaml"), Path("config/quick.yaml")],
+        {"slurm-main": [Path("config/container.yaml"), Path("config/slurm.yaml")]},
+        {"slurm-main": {"slurm": {"partitions": {"cpu": ["main"], "cuda": []}}}})
+    assert command.split(" && ") == [
+        ".venv/bin/snakemake --cores all --configfile config/quick.yaml",
+        ".venv/bin/snakemake --profile profiles/slurm --configfile config/quick.yaml "
+        "config/container.yaml config/slurm.yaml",
+        ".venv/bin/mnistbench publish --configfile config/config.yaml --configfile "
+        "config/quick.yaml --env-configfile=slurm-main=config/container.yaml "
+        "--env-configfile=slurm-main=config/slurm.yaml"]
+    assert publish.reproduce_command([Path("config/config.yaml")]) == \
+        "make study && make publish"
+
+
 # --------------------------------------------------------------------------- the study's cells
 def test_expected_cells_follow_the_config_and_each_environments_devices(project):
     """With devices auto an environment that recorded a GPU is expected to have cuda cells,

@@ -409,7 +409,7 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
         render_args = {
             "results": f"{report_arg}/{DATA_DIR}",
             "cost_model": f"{report_arg}/{DATA_DIR}/{COST_MODEL}",
-            "command": reproduce_command(configfiles, env_configfiles),
+            "command": reproduce_command(configfiles, env_configfiles, env_configs),
         }
         if data.exists() or data.is_symlink():
             os.rename(data, old_data)
@@ -510,22 +510,35 @@ def _display(path: Path) -> str:
 
 
 def reproduce_command(configfiles: Sequence[Path],
-                      env_configfiles: Mapping[str, Sequence[Path]] | None = None) -> str:
+                      env_configfiles: Mapping[str, Sequence[Path]] | None = None,
+                      env_configs: Mapping[str, dict] | None = None) -> str:
     """The commands that measure and publish this study, shown in the report: the study,
-    the study of each environment with a config of its own, then the publication."""
+    the study of each environment with a config of its own (through ``profiles/slurm`` when
+    its config names SLURM partitions), then the publication. Snakemake takes its config
+    files after one ``--configfile`` (a second one would replace the first); ``mnistbench
+    publish`` takes one per ``--configfile``."""
     extra = [str(p) for p in configfiles
              if os.path.normpath(str(p)) != os.path.normpath(str(DEFAULT_CONFIG))]
-    flags = [arg for path in extra for arg in ("--configfile", path)]
     env_configfiles = env_configfiles or {}
-    env_flags = [f"--env-configfile={env}={path}" for env, paths in env_configfiles.items()
-                 for path in paths]
-    commands = [shlex.join([".venv/bin/snakemake", "--cores", "all", *flags])
-                if flags else "make study"]
-    for paths in env_configfiles.values():
-        own = [arg for path in paths for arg in ("--configfile", str(path))]
-        commands.append(shlex.join([".venv/bin/snakemake", "--cores", "all", *flags, *own]))
-    commands.append(shlex.join([".venv/bin/mnistbench", "publish", *flags, *env_flags])
-                    if flags or env_flags else "make publish")
+
+    def study_command(files: Sequence[str], slurm: bool) -> str:
+        if not files:
+            return "make study"
+        return shlex.join([".venv/bin/snakemake",
+                           *(["--profile", "profiles/slurm"] if slurm else
+                             ["--cores", "all"]), "--configfile", *files])
+
+    commands = [study_command(extra, False)]
+    for env, paths in env_configfiles.items():
+        slurm = any(((env_configs or {}).get(env, {}).get("slurm") or {})
+                    .get("partitions", {}).values())
+        commands.append(study_command([*extra, *map(str, paths)], slurm))
+    # publish reads exactly the files it is given (Snakemake loads config/config.yaml first).
+    flags = [arg for path in configfiles for arg in ("--configfile", str(path))] if extra else []
+    flags += [f"--env-configfile={env}={path}" for env, paths in env_configfiles.items()
+              for path in paths]
+    commands.append(shlex.join([".venv/bin/mnistbench", "publish", *flags])
+                    if flags else "make publish")
     return " && ".join(commands)
 
 
