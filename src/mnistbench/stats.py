@@ -100,6 +100,22 @@ def median_ci(values: Iterable[float], confidence: float = CONFIDENCE) -> Estima
                     "order-statistic (binomial) interval of the median")
 
 
+def _bootstrap_medians(a: np.ndarray, b: np.ndarray, n_boot: int,
+                       seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n_boot`` medians of each side, each side resampled independently (``a`` first)."""
+    rng = np.random.default_rng(seed)
+    boot_a = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
+    boot_b = np.median(rng.choice(b, size=(n_boot, b.size), replace=True), axis=1)
+    return boot_a, boot_b
+
+
+def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
+    """The central ``confidence`` interval of ``values`` (the percentile method)."""
+    alpha = 1.0 - confidence
+    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
 def ratio_ci(numerator: Iterable[float], denominator: Iterable[float],
              confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
              seed: int = SEED) -> Estimate | None:
@@ -121,13 +137,9 @@ def ratio_ci(numerator: Iterable[float], denominator: Iterable[float],
     if n < 2:
         return Estimate(ratio, None, None, n, None,
                         "single observation on one side: no interval")
-    rng = np.random.default_rng(seed)
-    boot_a = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
-    boot_b = np.median(rng.choice(b, size=(n_boot, b.size), replace=True), axis=1)
-    ratios = boot_a / boot_b
-    alpha = 1.0 - confidence
-    low, high = np.quantile(ratios, [alpha / 2, 1 - alpha / 2])
-    return Estimate(ratio, float(low), float(high), n, confidence,
+    boot_a, boot_b = _bootstrap_medians(a, b, n_boot, seed)
+    low, high = _percentiles(boot_a / boot_b, confidence)
+    return Estimate(ratio, low, high, n, confidence,
                     "percentile bootstrap of the ratio of medians")
 
 
@@ -146,12 +158,9 @@ def diff_ci(first: Iterable[float], second: Iterable[float],
     if n < 2:
         return Estimate(diff, None, None, n, None,
                         "single observation on one side: no interval")
-    rng = np.random.default_rng(seed)
-    boot_a = np.median(rng.choice(a, size=(n_boot, a.size), replace=True), axis=1)
-    boot_b = np.median(rng.choice(b, size=(n_boot, b.size), replace=True), axis=1)
-    alpha = 1.0 - confidence
-    low, high = np.quantile(boot_a - boot_b, [alpha / 2, 1 - alpha / 2])
-    return Estimate(diff, float(low), float(high), n, confidence,
+    boot_a, boot_b = _bootstrap_medians(a, b, n_boot, seed)
+    low, high = _percentiles(boot_a - boot_b, confidence)
+    return Estimate(diff, low, high, n, confidence,
                     "percentile bootstrap of the difference of medians")
 
 
