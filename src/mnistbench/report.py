@@ -20,7 +20,6 @@ import base64
 import math
 import re
 import shlex
-import statistics
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1325,8 +1324,8 @@ def _tips(summary):
 
 # ---------------------------------------------------------------------------- runtimes
 
-#: What makes two cells of different environments the same measurement.
-_SAME_CELL = ["experiment", "device", "precision", "loader", "batch_size"]
+#: What makes two cells of different environments the same measurement: a group but its env.
+_SAME_CELL = [c for c in _GROUP if c != "env"]
 
 
 def _reference_env(envs, part) -> str:
@@ -1346,23 +1345,22 @@ def _runtimes(summary):
         return [], [], "Not measured: the summary has no hardware or container column."
     cells, _ = discount_busy(summary[summary["status"] == "ok"])
     keys = _SAME_CELL + ([TIP_COLUMN] if TIP_COLUMN in cells.columns else [])
-    cells = cells.assign(**{k: cells[k].fillna("") for k in keys if k != "batch_size"})
+    cells = cells.assign(**{k: cells[k].fillna("") for k in [*keys, "hardware"]
+                            if k != "batch_size"})
     rows, sentences = [], []
-    for hardware in sorted(cells["hardware"].fillna("").unique()):
-        part = cells[cells["hardware"].fillna("") == hardware]
+    for hardware, part in cells.groupby("hardware", sort=True):
         envs = sorted(part["env"].unique())
         if len(envs) < 2:
             continue
         ref = _reference_env(envs, part)
+        reference = dict(iter(part[part["env"] == ref].groupby(keys)))
         for env in [e for e in envs if e != ref]:
             ratios = []
-            mine, theirs = part[part["env"] == env], part[part["env"] == ref]
-            for key, group in mine.groupby(keys, sort=True):
-                match = theirs
-                for column, value in zip(keys, key, strict=True):
-                    match = match[match[column] == value]
-                est = stats.ratio_ci(_col(group, "epoch_s_median"),
-                                     _col(match, "epoch_s_median"))
+            for key, group in part[part["env"] == env].groupby(keys, sort=True):
+                match = reference.get(key)
+                times = _col(group, "epoch_s_median")
+                ref_times = [] if match is None else _col(match, "epoch_s_median")
+                est = stats.ratio_ci(times, ref_times)
                 if est is None:
                     continue
                 ratios.append(est.value)
@@ -1372,13 +1370,12 @@ def _runtimes(summary):
                     "device": what["device"], "precision": what["precision"],
                     "loader": what["loader"], "batch": count(what["batch_size"]),
                     "tip": what.get(TIP_COLUMN) or "",
-                    "ref_s": seconds(float(statistics.median(_col(match, "epoch_s_median")))),
-                    "env_s": seconds(float(statistics.median(_col(group, "epoch_s_median")))),
+                    "ref_s": seconds(_median(ref_times)), "env_s": seconds(_median(times)),
                     "ratio": ratio_phrase(est),
                     "repeats": f"{len(group)} / {len(match)}",
                 })
             if ratios:
-                median = float(statistics.median(ratios))
+                median = _median(ratios)
                 sentences.append(
                     f"On {hardware}, {env} took {num(median, 3, '×')} the epoch time of {ref} "
                     f"(median over {plural(len(ratios), 'matched setting')}; "
