@@ -33,10 +33,10 @@ from mnistbench import model
 from mnistbench.optim import make_adam
 
 
-class _ReluBitDropout(torch.autograd.Function):
+class _ReluBitDropout(model._BitDropout):
     """``bit_dropout(relu(x))`` in one pass: the keep-mask (the same random bits) and the sign
-    of ``x`` give one multiplier, saved once for the backward; one elementwise pass and one
-    saved tensor instead of two of each."""
+    of ``x`` give one multiplier, saved once for the backward (the model's bit dropout's:
+    ``grad * scale``); one elementwise pass and one saved tensor instead of two of each."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
@@ -44,11 +44,6 @@ class _ReluBitDropout(torch.autograd.Function):
         scale = keep.to(x.dtype).mul_(1.0 / (1.0 - model.DROPOUT_P))
         ctx.save_for_backward(scale)
         return x * scale
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
-        (scale,) = ctx.saved_tensors
-        return grad * scale
 
 
 def relu_bit_dropout(x: torch.Tensor, training: bool) -> torch.Tensor:
