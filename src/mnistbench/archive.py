@@ -159,7 +159,7 @@ def pack(runs: Path, env: str, out: Path | None = None, *,
     entries = {}
     for path in files:
         name = "/".join((RUNS_DIR, env, *path.relative_to(root).parts))
-        entries[name] = {"bytes": path.stat().st_size, "sha256": _sha256_file(path)}
+        entries[name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
     manifest = {
         "format": FORMAT,
         "archive_version": ARCHIVE_VERSION,
@@ -257,7 +257,8 @@ def _tarinfo(name: str, size: int, mtime: float) -> tarfile.TarInfo:
     return info
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of the file at ``path``, hex, read in 1 MiB chunks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):

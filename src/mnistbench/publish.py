@@ -39,7 +39,6 @@ import contextlib
 import copy
 import csv
 import difflib
-import hashlib
 import json
 import os
 import re
@@ -53,7 +52,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import __version__, aggregate, atomic, schema, study
+from . import __version__, aggregate, archive, atomic, schema, study
 
 #: ``format`` of the manifest, and its version.
 FORMAT = "mnistbench-publication"
@@ -81,7 +80,6 @@ RESULT_READERS = ("aggregate.py", "archive.py", "blog.py", "cost.py", "cost_mode
 #: stamp, which :func:`strip_stamp` masks.
 STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
 
-_CHUNK = 1 << 20
 _GIT_TIMEOUT_S = 30
 
 
@@ -471,7 +469,7 @@ def _stage_tables(runs: Path, results: Path, out: Path) -> None:
         if not current.is_file():
             raise PublishError(f"{current} does not exist: run the study (make study) or "
                                f"`mnistbench aggregate {runs} --out-dir {results}` first.")
-        if _sha256(current) != _sha256(out / name):
+        if archive.sha256_file(current) != archive.sha256_file(out / name):
             raise PublishError(
                 f"{current} is out of date: it is not what aggregating {runs} gives now (cells "
                 "added, removed or rerun since, or another mnistbench version wrote it). Run "
@@ -556,14 +554,6 @@ def render(render_args: dict, out: Path) -> Path:
                            ) from None
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _checksums(report: Path, stage: Path) -> dict[str, dict]:
     """Size and SHA-256 of every file of the publication but the manifest, by its path in
     ``report/`` (index.html and README.md still staged)."""
@@ -571,7 +561,7 @@ def _checksums(report: Path, stage: Path) -> dict[str, dict]:
              if p.is_file() and p.name != MANIFEST}
     files[INDEX] = stage / INDEX
     files[README] = stage / README
-    return {name: {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    return {name: {"bytes": path.stat().st_size, "sha256": archive.sha256_file(path)}
             for name, path in files.items()}
 
 
@@ -709,7 +699,7 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
         target = report / name
         if not target.is_file():
             problems.append(f"{target} is listed in the manifest but missing")
-        elif _sha256(target) != entry.get("sha256"):
+        elif archive.sha256_file(target) != entry.get("sha256"):
             problems.append(f"{target} does not match its SHA-256 in the manifest (changed "
                             "after publishing)")
     for extra in sorted((report / DATA_DIR).iterdir()) if (report / DATA_DIR).is_dir() else []:
