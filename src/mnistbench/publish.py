@@ -363,12 +363,12 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
     config = load_config(configfiles, config_schema)
     env_configfiles = {env: [Path(p) for p in paths]
                        for env, paths in sorted((env_configfiles or {}).items())}
-    unknown = sorted(set(env_configfiles) - {c.key[0] for c in cells})
+    present = sorted({c.key[0] for c in cells})
+    unknown = sorted(set(env_configfiles) - set(present))
     if unknown:
         raise PublishError(
             f"--env-configfile names {', '.join(unknown)}, which has no cells under {runs} "
-            f"(environments there: {', '.join(sorted({c.key[0] for c in cells}))}): check the "
-            "environment's name.")
+            f"(environments there: {', '.join(present)}): check the environment's name.")
     env_configs = {env: load_config([*configfiles, *paths], config_schema)
                    for env, paths in env_configfiles.items()}
     try:
