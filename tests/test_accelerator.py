@@ -69,6 +69,7 @@ def test_bf16_cell_records_the_path_the_query_gives(tmp_path, tiny_mnist, monkey
     assert summary["params"]["bf16_path"] == ("native" if native else "emulated")
 
 
+@pytest.mark.slow
 def test_fp16_cell_runs_with_a_grad_scaler(tmp_path, tiny_mnist, monkeypatch):
     """fp16 on an accelerator runs (autocast plus GradScaler) and records no bf16 path."""
     install(monkeypatch, "xpu")

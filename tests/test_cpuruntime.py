@@ -80,6 +80,7 @@ def _train(tmp_path: Path, data: Path, allocator: str, env: dict | None = None) 
 
 @pytest.mark.parametrize("allocator", ["glibc", "glibc-tuned",
                                        pytest.param("jemalloc", marks=needs_jemalloc)])
+@pytest.mark.slow
 def test_a_cell_records_the_allocator_it_really_used(tmp_path, tiny_mnist, allocator):
     """`mnistbench train --allocator X` re-executes itself with the library preloaded where
     needed, and its summary records X as loaded, whatever LD_PRELOAD it was started with."""
@@ -93,6 +94,7 @@ def test_a_cell_records_the_allocator_it_really_used(tmp_path, tiny_mnist, alloc
     assert summary["env"]["cpu_affinity"] and summary["env"]["interop_threads"]
 
 
+@pytest.mark.slow
 @needs_jemalloc
 def test_the_fork_server_serves_its_allocator_and_refuses_another(tmp_path, tiny_mnist):
     """A fork server started under jemalloc serves jemalloc cells, which record jemalloc; a

@@ -192,6 +192,7 @@ def _env_without_threads() -> dict[str, str]:
             if k != "OMP_NUM_THREADS" and not k.startswith("MNISTBENCH_FORK")}
 
 
+@pytest.mark.slow
 def test_killing_the_server_ends_its_cell(tmp_path, tiny_mnist):
     """A cell dies with its SIGKILLed server even while its client cannot act, writes no
     summary later, and its client then exits 1 saying why."""

@@ -142,6 +142,7 @@ def test_publish_writes_data_manifest_readme_and_the_report(project):
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.slow
 def test_published_report_renders_again_from_its_own_data(project):
     """verify() passes on a fresh publication; it ignores only the generation stamp, and it
     reports a report that its data no longer renders to, and a changed data file."""
@@ -390,6 +391,7 @@ def test_expected_cells_follow_the_config_and_each_environments_devices(project)
 
 
 # --------------------------------------------------------------------------- command line
+@pytest.mark.slow
 def test_cli_publish_refuses_with_one_error_line_then_publishes_and_checks(project, capsys):
     """`mnistbench publish` exits 1 with one error line when it refuses, 0 when it publishes;
     `publish --check` exits 0 on the publication and 1 once a file changed."""

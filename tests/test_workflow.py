@@ -470,7 +470,7 @@ def test_a_crashed_cell_fails_the_run_and_only_it_and_later_cells_rerun(tmp_path
     config = tiny_config(tiny_mnist, tmp_path)
     config["experiments"]["convergence"]["enabled"] = False
     config["experiments"]["sweep"]["batch_sizes"] = [16, 32, 64]
-    config["experiments"]["sweep"]["epochs"] = 100  # long enough to be killed while running
+    config["experiments"]["sweep"]["epochs"] = 20  # long enough to be killed while running (~2 s)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
                "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",
