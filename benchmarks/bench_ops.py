@@ -29,8 +29,8 @@ import time
 import torch
 from torch.nn import functional as F
 
-from mnistbench import model
-from mnistbench.optim import make_adam
+from mnistbench.measure import model
+from mnistbench.measure.optim import make_adam
 
 
 class _ReluBitDropout(model._BitDropout):

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mnistbench import forkserver
+from mnistbench.launch import forkserver
 
 TARGET_S = 3.0
 

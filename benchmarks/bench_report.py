@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from fakes import make_study  # noqa: E402
 
-from mnistbench import aggregate, report  # noqa: E402
+from mnistbench.report import render as report  # noqa: E402
+from mnistbench.results import aggregate  # noqa: E402
 
 TARGET_S = 20.0  # s, target for the render on a 500-cell study
 

@@ -37,7 +37,8 @@ from pathlib import Path
 
 import yaml
 
-from mnistbench import data, schema
+from mnistbench.core import schema
+from mnistbench.data import mnist as data
 
 REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).with_name("snakemake")

@@ -73,7 +73,7 @@ from pathlib import Path
 import torch
 from torch.nn import functional as F
 
-from mnistbench.model import ReferenceNet
+from mnistbench.measure.model import ReferenceNet
 
 TARGETS = {"fp32": 2.0, "bf16": 2.0}
 #: bf16 target on CPUs with native bf16 (AVX512-BF16 or AMX).
@@ -268,7 +268,7 @@ def native_bf16() -> bool:
 
 def installed_allocators(wanted: str) -> list[str]:
     """The allocators of ``wanted`` (comma-separated) this machine has."""
-    from mnistbench import cpuruntime
+    from mnistbench.core import cpuruntime
 
     out = []
     for name in [a.strip() for a in wanted.split(",") if a.strip()]:
@@ -284,7 +284,7 @@ def installed_allocators(wanted: str) -> list[str]:
 def baseline(args, precision: str, max_steps: int) -> dict:
     """One baseline run in a fresh process (so the warm-up is as cold as ours), with the
     stock allocator (nothing preloaded)."""
-    from mnistbench import cpuruntime
+    from mnistbench.core import cpuruntime
 
     cmd = [sys.executable, str(Path(__file__).resolve()), "--data", str(args.data),
            "--threads", str(args.threads), "--seed", str(args.seed),

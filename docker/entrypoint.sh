@@ -15,7 +15,7 @@
 # The command runs under tini (see the end), so signals reach it and exit codes come back.
 #
 # Environment it sets when unset:
-#   MNISTBENCH_ENV  the environment name, "<host>-docker-<image>" as mnistbench.sysinfo names
+#   MNISTBENCH_ENV  the environment name, "<host>-docker-<image>" as mnistbench.core.study names
 #                   it; <host> is the container's host name (docker run --hostname "$(hostname)")
 #                   or "container" when Docker left its random container id there.
 #   HOME            a writable folder when the user's HOME is not writable.
@@ -54,7 +54,7 @@ if [ -z "${USER:-}" ]; then
   export USER
 fi
 
-# The environment name: the package's one rule (mnistbench.study.environment_name, which maps
+# The environment name: the package's one rule (mnistbench.core.study.environment_name, which maps
 # the 12-hex-digit host name Docker makes up to "container"), unless MNISTBENCH_ENV is set.
 if [ -z "${MNISTBENCH_ENV:-}" ]; then
   MNISTBENCH_ENV=$(mnistbench env-name)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mnistbench import data
+from mnistbench.data import files
+from mnistbench.data import mnist as data
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The offline MNIST mirror beside the repository (gzipped IDX files).
@@ -73,7 +74,7 @@ def tiny_mnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def real_mnist_mirror() -> Path:
     """The offline mirror ``../shared/mnist`` (the four ``NAME.gz`` files); skips if absent."""
-    missing = [n for n in data.FILES if not (SHARED_MNIST / f"{n}.gz").is_file()]
+    missing = [n for n in files.FILES if not (SHARED_MNIST / f"{n}.gz").is_file()]
     if missing:
         pytest.skip(f"offline MNIST mirror {SHARED_MNIST} lacks {', '.join(missing)}")
     return SHARED_MNIST

@@ -1,11 +1,12 @@
 """A fake ``torch.accelerator`` backend for a machine without one: a module of the shape of
 ``torch.cuda`` / ``torch.xpu`` (is_available, synchronize, Event, memory statistics, random
 state, capability queries) whose device is the CPU, so that the trainer's device-generic path
-(:class:`mnistbench.devices.Backend`, the event and sync timers, peak memory, the capability
-query) runs for real on CPU tensors. It counts what the trainer asked of it.
+(:class:`mnistbench.measure.backends.Backend`, the event and sync timers, peak memory, the
+capability query) runs for real on CPU tensors. It counts what the trainer asked of it.
 
-Usage: ``fake = install(monkeypatch, "xpu", events=False)`` makes ``devices.backend("xpu")``
-return a :class:`~mnistbench.devices.Backend` over ``fake``; every other device is untouched.
+Usage: ``fake = install(monkeypatch, "xpu", events=False)`` makes ``backends.backend("xpu")``
+return a :class:`~mnistbench.measure.backends.Backend` over ``fake``; every other device is
+untouched.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from mnistbench import devices
+from mnistbench.measure import backends
 
 
 class FakeAccelerator:
@@ -85,15 +86,15 @@ class FakeAccelerator:
 
 
 def install(monkeypatch, name: str = "xpu", **options) -> FakeAccelerator:
-    """Make ``devices.backend(name)`` a :class:`~mnistbench.devices.Backend` over a new
+    """Make ``backends.backend(name)`` a :class:`~mnistbench.measure.backends.Backend` over a new
     :class:`FakeAccelerator` (tensors on the CPU); return the fake."""
     fake = FakeAccelerator(**options)
-    real = devices.backend
+    real = backends.backend
 
-    def backend(device: str) -> devices.Backend:
+    def backend(device: str) -> backends.Backend:
         if device == name:
-            return devices.Backend(name, fake, tensor_device="cpu")
+            return backends.Backend(name, fake, tensor_device="cpu")
         return real(device)
 
-    monkeypatch.setattr(devices, "backend", backend)
+    monkeypatch.setattr(backends, "backend", backend)
     return fake

@@ -1,9 +1,9 @@
 """Realistic fake study results, written exactly as ``mnistbench train`` writes them.
 
 Every cell gets ``results/runs/{env}/{experiment}/{cell}/`` with ``summary.json`` (the
-top-level keys and the key sets of :mod:`mnistbench.schema`), ``epochs.csv``
-(:data:`~mnistbench.schema.EPOCH_COLUMNS`) and ``resources.csv``
-(:data:`~mnistbench.schema.RESOURCE_COLUMNS`). Timings follow a simple cost model of the
+top-level keys and the key sets of :mod:`mnistbench.core.schema`), ``epochs.csv``
+(:data:`~mnistbench.core.schema.EPOCH_COLUMNS`) and ``resources.csv``
+(:data:`~mnistbench.core.schema.RESOURCE_COLUMNS`). Timings follow a simple cost model of the
 MNIST CNN (per-sample and per-step costs per device, precision and loader, with a few
 percent of noise), so the numbers look like a real study: the CPU takes about a minute per
 epoch at batch 128 with the DataLoader, a GPU a few seconds.
@@ -29,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mnistbench import __version__, schema
-from mnistbench.devices import LOADERS, PRECISIONS, is_supported
-from mnistbench.study import cell_id  # re-exported: the tests import it from here
+from mnistbench import __version__
+from mnistbench.core import schema
+from mnistbench.core.devices import LOADERS, PRECISIONS, is_supported
+from mnistbench.core.study import cell_id  # re-exported: the tests import it from here
 
 TRAIN_SAMPLES = 60_000
 TEST_SAMPLES = 10_000
@@ -61,7 +62,7 @@ class Machine:
     gpu_memory_gb: float
     cpu_speed: float
     gpu_speed: float
-    # The hardware record (mnistbench.hardware): these CPUs have AVX2 and no bf16 hardware.
+    # The hardware record (mnistbench.measure.hardware): these CPUs have AVX2 and no bf16 hardware.
     cpu_capability: str = "AVX2"
     cpu_flags: str = "avx2"
     gpu_bf16: str = "native"  # bf16 tensor cores (Ampere and later)
@@ -407,7 +408,7 @@ def _env_capture(machine: Machine, hostname: str, has_gpu: bool) -> dict:
         "container_image_id": "", "slurm_job_id": "", "slurm_partition": "",
         "slurm_node": "", "launch": "fork-server",
     }
-    # The hardware record (mnistbench.hardware).
+    # The hardware record (mnistbench.measure.hardware).
     env.update({
         "gpu_backend": "cuda" if has_gpu else "", "hip": "",
         "cpu_capability": machine.cpu_capability, "cpu_flags": machine.cpu_flags,
@@ -415,7 +416,7 @@ def _env_capture(machine: Machine, hostname: str, has_gpu: bool) -> dict:
         else "emulated",
         "onednn": "3.12.0", "mkl": "2024.2", "cpu_governor": "performance", "cpu_turbo": "on",
     })
-    # The CPU runtime (mnistbench.cpuruntime), as a stock machine records it.
+    # The CPU runtime (mnistbench.core.cpuruntime), as a stock machine records it.
     for key, value in (("allocator_loaded", "glibc"), ("allocator_library", ""),
                        ("malloc_tuning", ""), ("interop_threads", "2"), ("omp_settings", ""),
                        ("cpu_affinity", "")):
@@ -441,8 +442,8 @@ def _write_csv(path: Path, columns: Mapping[str, object], rows: list[dict]) -> N
 # ---------------------------------------------------------------------------------------------
 # In-memory additions to aggregated tables, for columns the summary schema does not carry yet:
 # the tips experiment's ``tip`` lever and the per-cell system load (``system_load_mean``,
-# ``busy``). They return new :class:`mnistbench.aggregate.Tables`; render them with
-# ``mnistbench.report.write_report``.
+# ``busy``). They return new :class:`mnistbench.results.aggregate.Tables`; render them with
+# ``mnistbench.report.render.write_report``.
 
 #: Epoch-time speed-up of each fake tip over the baseline, per device (tips missing on a
 #: device are not run there: pin_memory, cudnn.benchmark and amp-fp16 on the CPU).
@@ -468,7 +469,7 @@ def with_tips(tables, *, env: str | None = None, repeats: int = 3, seed: int = 0
     its status and reason; ``overrides``: (device, tip) -> (status, reason)."""
     import pandas as pd
 
-    from mnistbench import aggregate
+    from mnistbench.results import aggregate
 
     summary = tables.summary.copy()  # as read from CSV: one block per column
     env = env or sorted(summary["env"].unique())[0]
@@ -523,6 +524,6 @@ def with_load(tables, busy: Mapping[tuple[str, str, str], float] | None = None, 
     summary = summary.assign(
         system_load_mean=[busy.get(key, quiet_load) for key in keys],
         busy=[str(f) for f in flags] if as_text else flags)
-    from mnistbench import aggregate
+    from mnistbench.results import aggregate
 
     return aggregate.Tables(summary, tables.epochs, tables.resources)

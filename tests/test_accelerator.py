@@ -13,7 +13,8 @@ import pytest
 import torch
 from fake_accelerator import install
 
-from mnistbench import schema, train
+from mnistbench.core import schema
+from mnistbench.measure import train
 
 TINY = {"max_steps": 3, "test_limit": 64, "warmup_steps": 1, "batch_size": 32,
         "sample_interval": 0.05, "quiet": True, "epochs": 2}

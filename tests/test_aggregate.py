@@ -1,4 +1,4 @@
-"""Tests of mnistbench.aggregate: tidy tables from the cells of a study."""
+"""Tests of mnistbench.results.aggregate: tidy tables from the cells of a study."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from fakes import cell_id, make_study
 
-from mnistbench import aggregate, atomic, blog, cli, schema
+from mnistbench import cli
+from mnistbench.core import atomic, schema
+from mnistbench.report import blog
+from mnistbench.results import aggregate
 
 SMALL = {"repeats": 2, "batch_sizes": (64, 1024), "convergence_epochs": 3}
 
@@ -418,7 +421,7 @@ def test_same_cpu_model_with_another_isa_is_other_hardware(tmp_path):
     each with its own rows: never pooled."""
     from fakes import MACHINES
 
-    from mnistbench import report
+    from mnistbench.report import render as report
 
     base = MACHINES[1]
     machines = {"avx2": base,

@@ -1,5 +1,6 @@
-"""Tests of ``mnistbench pack`` / ``unpack`` (mnistbench.archive): the round trip between two
-machines' ``results/runs``, and archives that must be refused (traversal, links, devices,
+"""Tests of ``mnistbench pack`` / ``unpack`` (mnistbench.results.archive): the round trip
+between two machines' ``results/runs``, and archives that must be refused (traversal, links,
+devices,
 truncated or altered members, a newer schema, an environment already there, too much data),
 each leaving the receiving runs folder as it was."""
 
@@ -14,7 +15,9 @@ from pathlib import Path
 import pytest
 from fakes import make_study
 
-from mnistbench import aggregate, archive, cli, schema
+from mnistbench import cli
+from mnistbench.core import schema
+from mnistbench.results import aggregate, archive
 
 ENV = "alpha"
 

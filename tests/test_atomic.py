@@ -1,4 +1,4 @@
-"""Tests for mnistbench.atomic: outputs appear whole or not at all."""
+"""Tests for mnistbench.core.atomic: outputs appear whole or not at all."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from mnistbench import atomic
+from mnistbench.core import atomic
 
 
 def test_write_text_json_csv(tmp_path) -> None:
@@ -43,7 +43,7 @@ def test_files_get_the_umask_mode(tmp_path) -> None:
     (tmp_path / "plain.html").write_text("x")
     assert os.stat(path).st_mode & 0o777 == os.stat(tmp_path / "plain.html").st_mode & 0o777
     code = ("import os, sys; os.umask(int(sys.argv[1], 8)); from pathlib import Path; "
-            "from mnistbench import atomic; d = Path(sys.argv[2]); "
+            "from mnistbench.core import atomic; d = Path(sys.argv[2]); "
             "p = atomic.write_json(d / 'a.json', {}); (d / 'plain').write_text('x'); "
             "print(oct(os.stat(p).st_mode & 0o777), oct(os.stat(d / 'plain').st_mode & 0o777))")
     for umask, mode in (("022", "0o644"), ("077", "0o600")):

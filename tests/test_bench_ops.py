@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import load_benchmark
 
-from mnistbench import model
+from mnistbench.measure import model
 
 bench = load_benchmark("bench_ops")
 

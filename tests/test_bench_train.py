@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import load_benchmark
 
-from mnistbench import loaders, train
+from mnistbench.measure import loaders, train
 
 bench = load_benchmark("bench_train")
 

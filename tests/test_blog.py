@@ -1,4 +1,4 @@
-"""Tests of mnistbench.blog: the blog's reference figures, its arithmetic, comparability of a
+"""Tests of mnistbench.report.blog: the blog's reference figures, its arithmetic, comparability of a
 study with its settings, the tips and the verdict rules of the report's checks."""
 
 from __future__ import annotations
@@ -6,7 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from mnistbench import blog, stats, study
+from mnistbench.core import study
+from mnistbench.report import blog
+from mnistbench.results import stats
 
 
 def _cells(**params) -> pd.DataFrame:

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from mnistbench import cli, data
+from mnistbench import cli
+from mnistbench.data import files
 
 
 @pytest.fixture(autouse=True)
@@ -51,8 +52,8 @@ def test_fetch_error_exits_1_with_one_paragraph_and_no_traceback(tmp_path):
     lines = [line for line in proc.stderr.splitlines()
              if line.startswith("mnistbench fetch: error:")]
     assert len(lines) == 1
-    assert f"could not get a verified copy of {data.FILES[0]}" in lines[0]
-    assert f"{empty / data.FILES[0]}.gz: no such file" in lines[0]
+    assert f"could not get a verified copy of {files.FILES[0]}" in lines[0]
+    assert f"{empty / files.FILES[0]}.gz: no such file" in lines[0]
     assert "--mirror DIR_OR_URL" in lines[0]
     assert list(dest.iterdir()) == []
 
@@ -71,13 +72,13 @@ def test_fetch_checksum_mismatch_exits_1_and_keeps_nothing(tiny_mnist, tmp_path,
     """The CLI always checks the official digests, so a mirror of other data fails cleanly."""
     mirror = tmp_path / "mirror"
     mirror.mkdir()
-    for name in data.FILES:
+    for name in files.FILES:
         raw = (tiny_mnist / name).read_bytes()
         (mirror / f"{name}.gz").write_bytes(gzip.compress(raw, compresslevel=1))
     dest = tmp_path / "dest"
     assert run_fetch("--dest", str(dest), "--mirror", str(mirror)) == 1
     err = capsys.readouterr().err
-    assert "fails its checksum" in err and f"expected {data.MD5[data.FILES[0]]}" in err
+    assert "fails its checksum" in err and f"expected {files.MD5[files.FILES[0]]}" in err
     assert list(dest.iterdir()) == []
 
 
@@ -102,9 +103,9 @@ def test_fetch_from_environment_mirror_prints_the_paths(real_mnist_mirror, tmp_p
     dest = tmp_path / "dest"
     assert run_fetch("--dest", str(dest)) == 0
     captured = capsys.readouterr()
-    assert captured.out.split() == [str(dest / name) for name in data.FILES]
-    assert f"verified (MD5 {data.MD5[data.FILES[0]]})" in captured.err
-    assert sorted(p.name for p in dest.iterdir()) == sorted(data.FILES)
+    assert captured.out.split() == [str(dest / name) for name in files.FILES]
+    assert f"verified (MD5 {files.MD5[files.FILES[0]]})" in captured.err
+    assert sorted(p.name for p in dest.iterdir()) == sorted(files.FILES)
 
 
 def test_fetch_quiet_prints_nothing_and_keeps_verified_files(real_mnist_mirror, tmp_path,
@@ -113,9 +114,9 @@ def test_fetch_quiet_prints_nothing_and_keeps_verified_files(real_mnist_mirror, 
     dest = tmp_path / "dest"
     assert run_fetch("--dest", str(dest), "--mirror", str(real_mnist_mirror), "--quiet") == 0
     assert capsys.readouterr() == ("", "")
-    mtimes = [(dest / name).stat().st_mtime_ns for name in data.FILES]
+    mtimes = [(dest / name).stat().st_mtime_ns for name in files.FILES]
     assert run_fetch("--dest", str(dest), "--mirror", str(tmp_path / "gone")) == 0
-    assert [(dest / name).stat().st_mtime_ns for name in data.FILES] == mtimes
+    assert [(dest / name).stat().st_mtime_ns for name in files.FILES] == mtimes
     assert "already present and verified" in capsys.readouterr().err
 
 

@@ -1,6 +1,7 @@
-"""Tests of mnistbench.container (the workflow's docker runner) without a Docker engine: a fake
-``docker`` executable, first on PATH, logs every call and answers as the engine would. Command
-lines of a cell (GPU only for CUDA, read-only data, results mount, shared memory, no network,
+"""Tests of mnistbench.launch.container (the workflow's docker runner) without a Docker
+engine: a fake ``docker`` executable, first on PATH, logs every call and answers as the
+engine would. Command lines of a cell (GPU only for CUDA, read-only data, results mount,
+shared memory, no network,
 image by ID), the engine check's errors, the image record (and none after a failed build), the
 rerun without ``--gpus`` when Docker cannot give a container a GPU, exit codes passed back and
 SIGTERM passed on to the container."""
@@ -18,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from mnistbench import cli, container, options, schema, sysinfo
-from mnistbench.envvars import GPU_NOTE_VAR, IMAGE_ID_VAR
+from mnistbench import cli
+from mnistbench.core import options, provenance, schema
+from mnistbench.core.envvars import GPU_NOTE_VAR, IMAGE_ID_VAR
+from mnistbench.launch import container
 
 IMAGE_ID = "sha256:" + "ab" * 32
 NO_GPU_ERROR = ('docker: Error response from daemon: could not select device driver "" with '
@@ -183,7 +186,8 @@ def test_command_errors_name_the_fix(cell, args, message):
 
 def test_host_side_does_not_import_torch():
     """The container module and the CLI's parser start without importing torch."""
-    code = ("import sys; from mnistbench import cli, container; cli.build_parser(); "
+    code = ("import sys; from mnistbench import cli; from mnistbench.launch import container; "
+            "cli.build_parser(); "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout
@@ -219,7 +223,7 @@ def test_engine_check_returns_the_server_version(fake_docker):
 def test_build_writes_the_image_record(fake_docker, tmp_path, monkeypatch):
     """A build passes the Dockerfile, tag, build arguments (bookkeeping ones added) and options
     to docker build and records the inspected image ID and what it was built from."""
-    monkeypatch.setattr(sysinfo, "git_revision", lambda: "f00d-dirty")
+    monkeypatch.setattr(provenance, "git_revision", lambda: "f00d-dirty")
     dockerfile = tmp_path / "cpu.Dockerfile"
     dockerfile.write_text("FROM scratch\n")
     record_path = tmp_path / "images" / "cpu.json"

@@ -1,4 +1,4 @@
-"""Tests of mnistbench.cost: the cost model file, the cost of a run and the break-even."""
+"""Tests of mnistbench.results.cost: the cost model file, the cost of a run and the break-even."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 from fakes import make_study
 
-from mnistbench import aggregate, cost
+from mnistbench.results import aggregate, cost
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "report.md"
 
@@ -53,7 +53,7 @@ def test_the_schema_is_the_only_definition_of_the_model():
     config_schema = yaml.safe_load((DOCS.parents[1] / "workflow" / "schemas"
                                     / "config.schema.yaml").read_text(encoding="utf-8"))
     assert config_schema["properties"]["cost"]["$ref"].endswith(
-        "src/mnistbench/cost_model.schema.yaml")
+        "src/mnistbench/results/cost_model.schema.yaml")
 
 
 def test_unknown_key_lists_the_allowed_ones():

@@ -1,4 +1,4 @@
-"""Tests of mnistbench.cpuruntime: which allocator a cell asks for, what the process really
+"""Tests of mnistbench.core.cpuruntime: which allocator a cell asks for, what the process really
 loaded (from its maps), the preload environment, glibc's tuning, and that a cell started by the
 console script, by itself or through the fork server, records the allocator it really used."""
 
@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from mnistbench import cpuruntime, forkserver
-from mnistbench.cpuruntime import AllocatorError, loaded_allocator, preload_environment, resolve
+from mnistbench.core import cpuruntime
+from mnistbench.core.cpuruntime import (
+    AllocatorError,
+    loaded_allocator,
+    preload_environment,
+    resolve,
+)
+from mnistbench.launch import forkserver
 
 MNISTBENCH = Path(sys.executable).parent / "mnistbench"
 JEMALLOC = cpuruntime.library_path("jemalloc")
@@ -61,7 +67,7 @@ def test_loaded_allocator_reads_the_process_maps(tmp_path):
 
 def test_tuned_glibc_is_applied_and_recorded():
     """In a fresh process, glibc-tuned calls mallopt and the record says so."""
-    code = ("from mnistbench import cpuruntime; r = cpuruntime.prepare('glibc-tuned'); "
+    code = ("from mnistbench.core import cpuruntime; r = cpuruntime.prepare('glibc-tuned'); "
             "print(r['allocator_loaded'], '|', r['malloc_tuning'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout

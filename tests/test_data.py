@@ -1,5 +1,6 @@
-"""Tests of mnistbench.data: fetching from mirrors, verification, atomic writes, IDX reading and
-writing, and synthetic data. Fast tests use tiny generated files; the real data test is slow."""
+"""Tests of mnistbench.data.mnist: fetching from mirrors, verification, atomic writes, IDX
+reading and writing, and synthetic data. Fast tests use tiny generated files; the real data
+test is slow."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mnistbench import data
+from mnistbench.data import files
+from mnistbench.data import mnist as data
 
-TRAIN_IMAGES, TRAIN_LABELS = data.SPLITS["train"]
-TEST_IMAGES, TEST_LABELS = data.SPLITS["test"]
+TRAIN_IMAGES, TRAIN_LABELS = files.SPLITS["train"]
+TEST_IMAGES, TEST_LABELS = files.SPLITS["test"]
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +39,7 @@ def _no_proxy(monkeypatch):
 
 def digests(root: Path) -> dict[str, str]:
     """MD5 of each of the four files in ``root``, for fetch's ``expected``."""
-    return {name: data.md5_file(root / name) for name in data.FILES}
+    return {name: data.md5_file(root / name) for name in files.FILES}
 
 
 def make_mirror(folder: Path, source: Path, *, gz: bool = True,
@@ -45,7 +47,7 @@ def make_mirror(folder: Path, source: Path, *, gz: bool = True,
     """A mirror directory holding the four files of ``source`` (``NAME.gz`` or plain ``NAME``);
     ``replace`` gives the raw (uncompressed) contents of some files instead."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name in data.FILES:
+    for name in files.FILES:
         raw = (replace or {}).get(name, (source / name).read_bytes())
         if gz:
             (folder / f"{name}.gz").write_bytes(gzip.compress(raw, compresslevel=1, mtime=0))
@@ -54,7 +56,7 @@ def make_mirror(folder: Path, source: Path, *, gz: bool = True,
     return folder
 
 
-def idx_bytes(array: np.ndarray, *, type_code: int = data.UBYTE,
+def idx_bytes(array: np.ndarray, *, type_code: int = files.UBYTE,
               magic: int | None = None) -> bytes:
     """The IDX encoding of a uint8 array, with an optional wrong type code or magic number."""
     head = bytes((0, 0, type_code, array.ndim)) if magic is None else struct.pack(">I", magic)
@@ -69,7 +71,7 @@ def leftovers(folder: Path) -> list[str]:
 
 def tiny_arrays(tiny: Path) -> dict[str, np.ndarray]:
     """The four arrays of the tiny data set, by file name."""
-    return {name: data.read_idx(tiny / name) for name in data.FILES}
+    return {name: data.read_idx(tiny / name) for name in files.FILES}
 
 
 def closed_port_url() -> str:
@@ -154,7 +156,7 @@ def http_mirror():
 def gz_files(source: Path) -> dict[str, bytes]:
     """The four files of ``source`` gzipped, keyed ``NAME.gz`` (for an HTTP mirror)."""
     return {f"{n}.gz": gzip.compress((source / n).read_bytes(), compresslevel=1)
-            for n in data.FILES}
+            for n in files.FILES}
 
 
 def fetch(dest: Path, mirrors: list, expected: dict[str, str], **kwargs) -> list[Path]:
@@ -165,8 +167,8 @@ def fetch(dest: Path, mirrors: list, expected: dict[str, str], **kwargs) -> list
 
 def assert_fetched(dest: Path, source: Path, paths: list[Path]) -> None:
     """``paths`` are the four files of ``dest``, byte-identical to ``source``, with no temp."""
-    assert paths == [dest / name for name in data.FILES]
-    for name in data.FILES:
+    assert paths == [dest / name for name in files.FILES]
+    for name in files.FILES:
         assert (dest / name).read_bytes() == (source / name).read_bytes()
     assert leftovers(dest) == []
 
@@ -200,23 +202,23 @@ def test_fetch_from_http_mirror(tiny_mnist, tmp_path, http_mirror):
     server = http_mirror(gz_files(tiny_mnist))
     dest = tmp_path / "dest"
     assert_fetched(dest, tiny_mnist, fetch(dest, [server.url], digests(tiny_mnist)))
-    assert server.requests == {f"{n}.gz": 1 for n in data.FILES}
+    assert server.requests == {f"{n}.gz": 1 for n in files.FILES}
 
 
 def test_fetch_tries_plain_name_when_gz_is_missing(tiny_mnist, tmp_path, http_mirror):
     """A mirror answering 404 for NAME.gz is asked for the plain NAME next."""
-    server = http_mirror({n: (tiny_mnist / n).read_bytes() for n in data.FILES})
+    server = http_mirror({n: (tiny_mnist / n).read_bytes() for n in files.FILES})
     dest = tmp_path / "dest"
     assert_fetched(dest, tiny_mnist, fetch(dest, [server.url], digests(tiny_mnist)))
-    assert server.requests == {**{f"{n}.gz": 1 for n in data.FILES},
-                               **{n: 1 for n in data.FILES}}
+    assert server.requests == {**{f"{n}.gz": 1 for n in files.FILES},
+                               **{n: 1 for n in files.FILES}}
 
 
 def test_fetch_accepts_gzip_under_a_plain_name_and_multi_member_gzip(tiny_mnist, tmp_path):
     """Gzip content is recognised by its magic bytes, whatever the name, in several members."""
     mirror = tmp_path / "mirror"
     mirror.mkdir()
-    for name in data.FILES:
+    for name in files.FILES:
         raw = (tiny_mnist / name).read_bytes()
         half = len(raw) // 2
         (mirror / name).write_bytes(gzip.compress(raw[:half], 1) + gzip.compress(raw[half:], 1))
@@ -229,7 +231,7 @@ def test_fetch_logs_progress(tiny_mnist, tmp_path):
     mirror = make_mirror(tmp_path / "mirror", tiny_mnist)
     lines: list[str] = []
     fetch(tmp_path / "dest", [mirror], digests(tiny_mnist), log=lines.append)
-    for name in data.FILES:
+    for name in files.FILES:
         assert any(line.startswith(f"{name}: verified") and str(mirror) in line
                    for line in lines), lines
 
@@ -240,13 +242,13 @@ def test_fetch_logs_progress(tiny_mnist, tmp_path):
 def test_fetch_retries_network_errors_then_succeeds(tiny_mnist, tmp_path, http_mirror):
     """A 503 answer is retried after a backoff, and the retry succeeds."""
     server = http_mirror(gz_files(tiny_mnist))
-    server.fail_first = {f"{n}.gz": 1 for n in data.FILES}
+    server.fail_first = {f"{n}.gz": 1 for n in files.FILES}
     lines: list[str] = []
     dest = tmp_path / "dest"
     paths = fetch(dest, [server.url], digests(tiny_mnist), retries=1, backoff=0.01,
                   log=lines.append)
     assert_fetched(dest, tiny_mnist, paths)
-    assert server.requests == {f"{n}.gz": 2 for n in data.FILES}
+    assert server.requests == {f"{n}.gz": 2 for n in files.FILES}
     assert sum("HTTP 503" in line and "retry 1 of 1" in line for line in lines) == 4
 
 
@@ -362,7 +364,7 @@ def test_fetch_official_digests_refuse_other_data(tiny_mnist, tmp_path):
     """Without ``expected``, the official MNIST digests apply and synthetic data is refused."""
     mirror = make_mirror(tmp_path / "mirror", tiny_mnist)
     dest = tmp_path / "dest"
-    with pytest.raises(data.DataError, match=f"expected {data.MD5[TRAIN_IMAGES]}"):
+    with pytest.raises(data.DataError, match=f"expected {files.MD5[TRAIN_IMAGES]}"):
         data.fetch(dest, [str(mirror)], retries=0, timeout=1.0, log=None)
     assert list(dest.iterdir()) == []
 
@@ -407,7 +409,7 @@ def _fetch_with_replaced(tiny_mnist: Path, tmp_path: Path, name: str, raw: bytes
 def test_fetch_wrong_magic_number(tiny_mnist, tmp_path):
     """An images file with the labels magic number is refused, naming both numbers."""
     images = data.read_idx(tiny_mnist / TRAIN_IMAGES)
-    raw = idx_bytes(images, magic=data.LABELS_MAGIC)
+    raw = idx_bytes(images, magic=files.LABELS_MAGIC)
     message = _fetch_with_replaced(tiny_mnist, tmp_path, TRAIN_IMAGES, raw)
     assert f"{TRAIN_IMAGES} has magic number 2049, expected 2051" in message
 
@@ -488,12 +490,12 @@ def test_present_verified_files_are_not_fetched_again(tiny_mnist, tmp_path):
     mirror = make_mirror(tmp_path / "mirror", tiny_mnist)
     dest = tmp_path / "dest"
     fetch(dest, [mirror], digests(tiny_mnist))
-    before = {n: (dest / n).stat() for n in data.FILES}
+    before = {n: (dest / n).stat() for n in files.FILES}
     shutil.rmtree(mirror)
     lines: list[str] = []
     paths = fetch(dest, [mirror], digests(tiny_mnist), log=lines.append)
     assert_fetched(dest, tiny_mnist, paths)
-    for name in data.FILES:
+    for name in files.FILES:
         after = (dest / name).stat()
         assert (after.st_ino, after.st_mtime_ns) == (before[name].st_ino,
                                                      before[name].st_mtime_ns)
@@ -524,7 +526,7 @@ def test_corrupt_file_in_dest_is_removed_when_no_mirror_has_it(tiny_mnist, tmp_p
     shutil.rmtree(mirror)
     with pytest.raises(data.DataError, match=f"could not get a verified copy of {TRAIN_LABELS}"):
         fetch(dest, [mirror], digests(tiny_mnist))
-    assert sorted(p.name for p in dest.iterdir()) == sorted(set(data.FILES) - {TRAIN_LABELS})
+    assert sorted(p.name for p in dest.iterdir()) == sorted(set(files.FILES) - {TRAIN_LABELS})
 
 
 # --------------------------------------------------------------------------- reading
@@ -649,7 +651,7 @@ def test_make_synthetic_is_deterministic_per_seed(tmp_path):
     a = data.make_synthetic(tmp_path / "a", 40, 20, seed=5)
     b = data.make_synthetic(tmp_path / "b", 40, 20, seed=5)
     c = data.make_synthetic(tmp_path / "c", 40, 20, seed=6)
-    assert [p.name for p in a] == list(data.FILES)
+    assert [p.name for p in a] == list(files.FILES)
     assert [p.read_bytes() for p in a] == [p.read_bytes() for p in b]
     assert a[0].read_bytes() != c[0].read_bytes()
 
@@ -672,8 +674,8 @@ def test_make_synthetic_rejects_empty_splits(tmp_path):
 
 
 def test_data_module_does_not_import_torch():
-    """Importing mnistbench.data stays light: no torch."""
-    code = "import sys, mnistbench.data; sys.exit('torch' in sys.modules)"
+    """Importing mnistbench.data.mnist stays light: no torch."""
+    code = "import sys, mnistbench.data.mnist; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
@@ -681,11 +683,11 @@ def test_data_module_does_not_import_torch():
 
 
 def test_official_digests_match_the_mirror_md5sums(real_mnist_mirror):
-    """data.MD5 equals the digests the offline mirror publishes for the decompressed files."""
+    """files.MD5 equals the digests the offline mirror publishes for the decompressed files."""
     published = dict(reversed(line.split()) for line in
                      (real_mnist_mirror / "MD5SUMS.raw").read_text().splitlines() if line)
-    assert published == data.MD5
-    assert data.DEFAULT_MIRRORS == ("https://ossci-datasets.s3.amazonaws.com/mnist/",
+    assert published == files.MD5
+    assert files.DEFAULT_MIRRORS == ("https://ossci-datasets.s3.amazonaws.com/mnist/",
                                     "http://yann.lecun.com/exdb/mnist/")
 
 
@@ -693,8 +695,8 @@ def test_official_digests_match_the_mirror_md5sums(real_mnist_mirror):
 def test_real_mnist_fetch_verify_and_load(real_mnist):
     """The real files fetched from ../shared/mnist match the official digests and load as
     60000 / 10000 samples, the train split in well under 0.3 s."""
-    for name in data.FILES:
-        assert data.md5_file(real_mnist / name) == data.MD5[name]
+    for name in files.FILES:
+        assert data.md5_file(real_mnist / name) == files.MD5[name]
     images, labels = data.load_split(real_mnist, "train")
     assert images.shape == (60000, 28, 28) and labels.shape == (60000,)
     assert np.bincount(labels).tolist()[:3] == [5923, 6742, 5958]

@@ -1,4 +1,4 @@
-"""Tests of mnistbench.devices that the trainer's tests do not cover: the runner's note on why
+"""Tests of mnistbench.core.devices that the trainer's tests do not cover: the runner's note on why
 a process has no GPU, which a cuda cell's unavailable reason carries. And the suite's ``gpu``
 marker (tests/conftest.py): skipped, with the reason, where torch sees no CUDA GPU."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistbench import devices, envvars
+from mnistbench.core import devices, envvars
+from mnistbench.measure import backends
 
 pytest_plugins = ["pytester"]
 
@@ -21,13 +22,13 @@ def test_unavailable_reason_carries_the_runners_note(monkeypatch):
     $MNISTBENCH_GPU_NOTE (the docker runner's reason) when it is set."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv(envvars.GPU_NOTE_VAR, raising=False)
-    with pytest.raises(devices.DeviceUnavailable) as plain:
-        devices.pick_device("cuda")
+    with pytest.raises(backends.DeviceUnavailable) as plain:
+        backends.pick_device("cuda")
     assert str(plain.value).startswith("no CUDA GPU is visible to torch")
     note = "docker could not give the container a GPU (no runtime)"
     monkeypatch.setenv(envvars.GPU_NOTE_VAR, note)
-    with pytest.raises(devices.DeviceUnavailable) as noted:
-        devices.pick_device("cuda")
+    with pytest.raises(backends.DeviceUnavailable) as noted:
+        backends.pick_device("cuda")
     assert str(noted.value) == f"{plain.value}; {note}"
 
 
@@ -93,7 +94,7 @@ def test_every_accelerator_backend_is_a_device_of_the_cli_and_the_config():
     schema's devices enum all take exactly them (devices.DEVICES is their one source)."""
     import yaml
 
-    from mnistbench import options
+    from mnistbench.core import options
 
     assert devices.DEVICES == ("cpu", "cuda", "xpu", "mps")
     parser = options.train_parser()
@@ -251,7 +252,7 @@ def test_auto_discovery_does_not_import_torch(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from mnistbench import devices; devices.visible_devices(); "
+    code = ("import sys; from mnistbench.core import devices; devices.visible_devices(); "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -264,19 +265,19 @@ def test_backend_queries_a_fake_accelerator(monkeypatch):
     from fake_accelerator import FakeAccelerator
 
     fake = FakeAccelerator(bf16=False, fp16=False, peak_bytes=5 * 2**20)
-    backend = devices.Backend("xpu", fake, tensor_device="cpu")
+    backend = backends.Backend("xpu", fake, tensor_device="cpu")
     assert "is_bf16_supported() is False" in backend.precision_problem("bf16")
     assert "has_fp16 is False" in backend.precision_problem("fp16")
     assert backend.precision_problem("fp32") is None
     assert backend.timing_method == "device-events"
     assert backend.peak_memory_mb(torch.device("cpu")) == 5.0
-    assert devices.Backend("xpu", FakeAccelerator(bf16_native=False)).bf16_path() == "emulated"
-    assert devices.Backend("xpu", FakeAccelerator(events=False)).timing_method == (
+    assert backends.Backend("xpu", FakeAccelerator(bf16_native=False)).bf16_path() == "emulated"
+    assert backends.Backend("xpu", FakeAccelerator(events=False)).timing_method == (
         "sync+host-clock")
-    cpu = devices.backend("cpu")
+    cpu = backends.backend("cpu")
     assert (cpu.timing_method, cpu.peak_memory_mb(torch.device("cpu"))) == ("host-clock", None)
     assert cpu.precision_problem("bf16") is None
-    assert devices.backend("cuda").timing_method == "cuda-events"
+    assert backends.backend("cuda").timing_method == "cuda-events"
 
 
 def test_unavailable_accelerators_say_why(monkeypatch):
@@ -285,10 +286,10 @@ def test_unavailable_accelerators_say_why(monkeypatch):
     monkeypatch.delenv(envvars.GPU_NOTE_VAR, raising=False)
     if torch.xpu.is_available() or torch.backends.mps.is_available():
         pytest.skip("this machine has an XPU or MPS device")
-    with pytest.raises(devices.DeviceUnavailable, match="no Intel XPU device is visible"):
-        devices.pick_device("xpu")
-    with pytest.raises(devices.DeviceUnavailable, match="MPS is not available"):
-        devices.pick_device("mps")
+    with pytest.raises(backends.DeviceUnavailable, match="no Intel XPU device is visible"):
+        backends.pick_device("xpu")
+    with pytest.raises(backends.DeviceUnavailable, match="MPS is not available"):
+        backends.pick_device("mps")
 
 
 def test_rocm_build_names_rocm_when_no_gpu(monkeypatch):
@@ -297,8 +298,8 @@ def test_rocm_build_names_rocm_when_no_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(torch.version, "hip", "6.4.43482", raising=False)
     monkeypatch.delenv(envvars.GPU_NOTE_VAR, raising=False)
-    with pytest.raises(devices.DeviceUnavailable, match="no ROCm GPU is visible to torch"):
-        devices.pick_device("cuda")
+    with pytest.raises(backends.DeviceUnavailable, match="no ROCm GPU is visible to torch"):
+        backends.pick_device("cuda")
 
 
 def test_check_precision_turns_a_refusal_into_unavailable(monkeypatch):
@@ -306,9 +307,9 @@ def test_check_precision_turns_a_refusal_into_unavailable(monkeypatch):
     from fake_accelerator import install
 
     install(monkeypatch, "xpu", bf16=False)
-    devices.check_precision("xpu", "fp32")
-    with pytest.raises(devices.DeviceUnavailable, match="cannot run bf16"):
-        devices.check_precision("xpu", "bf16")
+    backends.check_precision("xpu", "fp32")
+    with pytest.raises(backends.DeviceUnavailable, match="cannot run bf16"):
+        backends.check_precision("xpu", "bf16")
 
 
 def test_readme_device_table_says_what_ran_on_real_hardware():

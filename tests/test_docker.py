@@ -29,7 +29,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mnistbench import __version__, data, schema, study, sysinfo
+from mnistbench import __version__
+from mnistbench.core import schema, study
+from mnistbench.data import mnist as data
+from mnistbench.measure import sysinfo
 
 REPO = Path(__file__).resolve().parents[1]
 CPU_DOCKERFILE = REPO / "docker" / "cpu.Dockerfile"
@@ -357,7 +360,7 @@ def test_cell_exit_code_passes_through(image, ro_data, tmp_path):
 
 @pytest.mark.docker
 def test_environment_name(image, image_env, monkeypatch):
-    """MNISTBENCH_ENV is "<host>-docker-<image>" as mnistbench.sysinfo names it, with
+    """MNISTBENCH_ENV is "<host>-docker-<image>" as mnistbench.measure.sysinfo names it, with
     "container" for Docker's random host name, and an explicit value wins."""
     show = ("sh", "-c", 'echo "$MNISTBENCH_ENV"')
     monkeypatch.setenv("MNISTBENCH_CONTAINER", image_env["MNISTBENCH_CONTAINER"])

@@ -1,4 +1,4 @@
-"""Tests of mnistbench.forkserver: cells started by forking a server that has imported torch
+"""Tests of mnistbench.launch.forkserver: cells started by forking a server that has imported torch
 run, record and exit exactly like cells started as new processes; the client falls back to a
 new process when the server is absent, dead (a zombie included) or refuses; signals, vanished
 clients and a killed server stop cells, so no cell outlives its job; the server ends with its
@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mnistbench import forkserver, schema
+from mnistbench.core import schema
+from mnistbench.launch import forkserver
 
 BIN = Path(sys.executable).parent
 TINY = ["--max-steps", "2", "--test-limit", "64", "--warmup-steps", "1", "--batch-size", "32",
@@ -155,7 +156,7 @@ def test_stopping_the_client_stops_the_cell(tmp_path, tiny_mnist, server, sig):
 def test_server_ends_with_its_parent(tmp_path):
     """A server whose parent process is killed outright stops serving and removes its socket
     and its private /tmp/mnistbench-fs-* folder."""
-    script = ("import sys, time; from mnistbench import forkserver; "
+    script = ("import sys, time; from mnistbench.launch import forkserver; "
               "h = forkserver.spawn(); print(h.process.pid, h.path, flush=True); "
               "time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -280,7 +281,7 @@ def test_folder_at_the_socket_path_is_a_clear_error(tmp_path, capsys):
     the fix (no traceback), is never taken for a ready server, and clients fall back."""
     folder = tmp_path / "socket"
     folder.mkdir()
-    result = subprocess.run([sys.executable, "-m", "mnistbench.forkserver", "--socket",
+    result = subprocess.run([sys.executable, "-m", "mnistbench.launch.forkserver", "--socket",
                              str(folder)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1

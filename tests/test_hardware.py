@@ -1,4 +1,4 @@
-"""Tests of mnistbench.hardware: the hardware record that tells machines apart (ISA, CPU
+"""Tests of mnistbench.measure.hardware: the hardware record that tells machines apart (ISA, CPU
 flags, bf16 path, oneDNN and MKL, governor and turbo, the accelerator's backend) and torch's
 collect_env report."""
 
@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from mnistbench import cli, hardware, schema, sysinfo
+from mnistbench import cli
+from mnistbench.core import schema
+from mnistbench.measure import hardware, sysinfo
 
 XEON_FLAGS = ("fpu vme sse sse2 avx avx2 fma avx512f avx512dq avx512_bf16 amx_bf16 "
               "avx512_fp16 amx_tile amx_int8")

@@ -1,4 +1,4 @@
-"""Tests of mnistbench.machinelock, the machine-wide lock file of timed cells: it is created
+"""Tests of mnistbench.launch.machinelock, the machine-wide lock file of timed cells: it is created
 only where nothing is (never through a planted symlink), never chmod-ed unless just created,
 and anything but a plain readable file is refused with the path and the fix; the workflow
 checks it without side effects (a dry run creates nothing) and names config key lock_file."""
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from test_workflow import snakemake, tiny_config
 
-from mnistbench import machinelock
-from mnistbench.machinelock import LockFileError, check, prepare
+from mnistbench.launch import machinelock
+from mnistbench.launch.machinelock import LockFileError, check, prepare
 
 MNISTBENCH = Path(sys.executable).parent / "mnistbench"
 

@@ -1,11 +1,11 @@
-"""Tests for mnistbench.model: the study's CNN and its faster formulation."""
+"""Tests for mnistbench.measure.model: the study's CNN and its faster formulation."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mnistbench import model
+from mnistbench.measure import model
 
 
 def test_reference_layer_sizes_match_the_blog() -> None:

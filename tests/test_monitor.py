@@ -1,4 +1,4 @@
-"""Tests of mnistbench.monitor: the background resource sampler, RAPL and NVML readers."""
+"""Tests of mnistbench.measure.monitor: the background resource sampler, RAPL and NVML readers."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from mnistbench import monitor, schema
-from mnistbench.monitor import STAGES, NvmlGpu, Rapl, ResourceMonitor
-from mnistbench.schema import RESOURCE_COLUMNS
+from mnistbench.core import schema
+from mnistbench.core.schema import RESOURCE_COLUMNS
+from mnistbench.measure import monitor
+from mnistbench.measure.monitor import STAGES, NvmlGpu, Rapl, ResourceMonitor
 
 COLUMNS = list(schema.RESOURCE_COLUMNS)
 GPU_COLUMNS = ("gpu_util_pct", "gpu_mem_mb", "gpu_power_w", "gpu_energy_j")

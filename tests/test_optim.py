@@ -1,4 +1,4 @@
-"""Tests for mnistbench.optim: the fused Adam without torch.optim's start-up cost, and the
+"""Tests for mnistbench.measure.optim: the fused Adam without torch.optim's start-up cost, and the
 check of the private kernel it calls, with the fallback to torch.optim.Adam(fused=True)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import sys
 import pytest
 import torch
 
-from mnistbench import optim
-from mnistbench.model import ReferenceNet
-from mnistbench.optim import FusedAdam
+from mnistbench.measure import optim
+from mnistbench.measure.model import ReferenceNet
+from mnistbench.measure.optim import FusedAdam
 
 
 def _train(opt_factory, steps: int = 5) -> list[torch.Tensor]:
@@ -85,7 +85,7 @@ def test_rejects_bad_arguments() -> None:
 def test_does_not_import_dynamo() -> None:
     """Checking the kernel, building and stepping it leave torch._dynamo unimported (the
     start-up saving)."""
-    code = ("import sys, torch; from mnistbench.optim import FusedAdam, make_adam; "
+    code = ("import sys, torch; from mnistbench.measure.optim import FusedAdam, make_adam; "
             "p = torch.nn.Parameter(torch.zeros(2)); o, impl = make_adam([p]); "
             "p.grad = torch.ones(2); o.step(); o.zero_grad(); "
             "print('torch._dynamo' in sys.modules, type(o).__name__, impl.name)")

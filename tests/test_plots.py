@@ -1,4 +1,4 @@
-"""Tests of mnistbench.plots: every chart draws from a full study, labels carry units, tick
+"""Tests of mnistbench.report.plots: every chart draws from a full study, labels carry units, tick
 labels do not overlap, charts without data return None, a series keeps its colour across
 charts, PNGs are HiDPI, time series are trimmed and one epoch draws as points with bars."""
 
@@ -14,7 +14,8 @@ import pytest
 from fakes import cell_id, make_study
 from PIL import Image
 
-from mnistbench import aggregate, plots
+from mnistbench.report import plots
+from mnistbench.results import aggregate
 
 UNIT = re.compile(r"\((?:[^()]*)\)")  # "(s)", "(samples/s, log scale)", "(%)"
 

@@ -18,7 +18,10 @@ import pytest
 import yaml
 from fakes import make_study
 
-from mnistbench import __version__, aggregate, archive, cli, cost, publish, report, schema
+from mnistbench import __version__, cli, publish
+from mnistbench.core import schema
+from mnistbench.report import render as report
+from mnistbench.results import aggregate, archive, cost
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "alpha"

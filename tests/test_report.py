@@ -1,4 +1,4 @@
-"""Tests of mnistbench.report: the self-contained HTML report, its sections and figures, and
+"""Tests of mnistbench.report.render: the self-contained HTML report, its sections and figures, and
 its robustness (CPU only, one repeat, no GPU, failures, two machines, hostile text), the
 findings, the blog check, the tips, the recommendations, busy machines and subsets."""
 
@@ -16,7 +16,11 @@ import pandas as pd
 import pytest
 from fakes import cell_id, make_study, with_load, with_tips
 
-from mnistbench import aggregate, blog, cli, cost, plots, report, stats, study
+from mnistbench import cli
+from mnistbench.core import study
+from mnistbench.report import blog, plots
+from mnistbench.report import render as report
+from mnistbench.results import aggregate, cost, stats
 
 SECTIONS = ("findings", "headline", "blog", "time", "phases", "throughput", "convergence",
             "resources", "cost", "tips", "recommendations", "matrix", "runtimes",
@@ -607,11 +611,10 @@ def test_recommendations_without_a_gpu_say_what_is_missing(quick):
 
 def test_template_ships_as_package_data():
     """The template and CSS are package data, so an installed CLI finds them anywhere."""
-    folder = resources.files("mnistbench") / "templates"
+    folder = resources.files("mnistbench.report") / "templates"
     assert (folder / "report.html.j2").is_file() and (folder / "report.css").is_file()
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    data = re.search(r"\[tool\.setuptools\.package-data\]\s*mnistbench\s*=\s*\[([^\]]*)\]",
-                     pyproject)
+    data = re.search(r'^"mnistbench\.report"\s*=\s*\[([^\]]*)\]', pyproject, re.M)
     assert data and '"templates/*"' in data.group(1)
 
 

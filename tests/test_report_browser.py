@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from fakes import make_study, with_tips
 
-from mnistbench import aggregate, report
+from mnistbench.report import render as report
+from mnistbench.results import aggregate
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"

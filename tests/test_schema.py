@@ -1,4 +1,4 @@
-"""Tests for mnistbench.schema: one documented definition of every output column."""
+"""Tests for mnistbench.core.schema: one documented definition of every output column."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mnistbench import schema
+from mnistbench.core import schema
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "columns.md"
 
@@ -47,7 +47,7 @@ CONFIG_SCHEMA = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "
 
 def _resolve(ref: str, defs: dict) -> dict:
     """The schema a $ref names: a local #/$defs/NAME, or a file relative to the config schema
-    (the cost model's, src/mnistbench/cost_model.schema.yaml), with an optional fragment."""
+    (the cost model's, src/mnistbench/results/cost_model.schema.yaml), with an optional fragment."""
     target, _, fragment = ref.partition("#")
     if target:
         node = yaml.safe_load((CONFIG_SCHEMA.parent / target).read_text())

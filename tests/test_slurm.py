@@ -36,8 +36,9 @@ from test_workflow import (
     tiny_config,
 )
 
-from mnistbench import aggregate, schema
-from mnistbench.study import cell_id
+from mnistbench.core import schema
+from mnistbench.core.study import cell_id
+from mnistbench.results import aggregate
 
 PROFILE = REPO / "profiles" / "slurm"
 REQUIRE_VAR = "MNISTBENCH_REQUIRE_SLURM"

@@ -1,4 +1,5 @@
-"""Tests of mnistbench.stats: median intervals and speed-up intervals on known distributions."""
+"""Tests of mnistbench.results.stats: median intervals and speed-up intervals on known
+distributions."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from mnistbench import stats
+from mnistbench.results import stats
 
 
 @pytest.mark.parametrize(("n", "k", "coverage"), [

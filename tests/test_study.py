@@ -1,27 +1,19 @@
-"""Tests of mnistbench.study, the torch-free study model: names (safe names, environment
-names, cell ids), the cell matrix built from a validated config, each cell's train flags; and
-of the package's import structure (no cycles, the core never imports a launcher, the study
-model imports without torch)."""
+"""Tests of mnistbench.core.study, the torch-free study model: names (safe names, environment
+names, cell ids), the cell matrix built from a validated config, each cell's train flags. The
+package's import structure is tests/test_layers.py."""
 
 from __future__ import annotations
 
-import ast
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from mnistbench import study
-from mnistbench.study import Cell, StudyError, build_matrix, cell_id, environment_name
+from mnistbench.core import study
+from mnistbench.core.study import Cell, StudyError, build_matrix, cell_id, environment_name
 
-PACKAGE = Path(study.__file__).resolve().parent
-REPO = PACKAGE.parents[1]
-#: Modules that train and time a cell; they never import a launcher.
-CORE = ("data", "model", "optim", "train", "timing", "loaders")
-LAUNCHERS = ("forkserver", "container", "console", "cli")
+REPO = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------------------ names
@@ -169,7 +161,7 @@ def test_matrix_files_each_cell_once_per_environment_of_its_device():
 
 def test_train_args_round_trip_through_the_cli_parser():
     """A cell's train flags parse with `mnistbench train`'s parser back to its settings."""
-    from mnistbench import options
+    from mnistbench.core import options
 
     cell = Cell(env="e", partition=None, experiment="sweep", repeat=1, seed=1, device="cpu",
                 precision="bf16", loader="resident", batch_size=64, epochs=2, lr=0.002,
@@ -184,89 +176,6 @@ def test_train_args_round_trip_through_the_cli_parser():
                    "warmup_steps": 3, "max_steps": 10, "train_limit": 100, "test_limit": 50,
                    "time_limit": 9.5, "env": "e", "experiment": "sweep",
                    "cell": "cpu-bf16-resident-b64-r1", "repeat": 1}
-
-
-# ------------------------------------------------------------------------------ imports
-def package_imports() -> dict[str, set[str]]:
-    """module -> the package's modules it imports anywhere (module level or inside a
-    function), from the source."""
-    modules = {path.stem for path in PACKAGE.glob("*.py")}
-    graph = {}
-    for path in PACKAGE.glob("*.py"):
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (
-                    node.module or "").startswith("mnistbench")):
-                module = (node.module or "").removeprefix("mnistbench").lstrip(".")
-                names = [module.split(".")[0]] if module else [a.name for a in node.names]
-                found.update(names)
-            elif isinstance(node, ast.Import):
-                found.update(a.name.split(".")[1] for a in node.names
-                             if a.name.startswith("mnistbench."))
-        graph[path.stem] = {m for m in found if m in modules and m != path.stem}
-    return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of ``graph`` as a list of modules, or None."""
-    state: dict[str, int] = {}
-
-    def visit(node: str, path: list[str]) -> list[str] | None:
-        state[node] = 1
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
-            if nxt not in state and (cycle := visit(nxt, [*path, nxt])):
-                return cycle
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state and (cycle := visit(start, [start])):
-            return cycle
-    return None
-
-
-def test_find_cycle_finds_a_planted_cycle():
-    """The cycle finder reports a cycle it is given (so the next test can fail)."""
-    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert find_cycle({"a": {"b"}, "b": set()}) is None
-
-
-def test_the_package_has_no_import_cycle():
-    """No module of src/mnistbench imports, directly or through others, itself."""
-    assert find_cycle(package_imports()) is None
-
-
-def test_the_core_never_imports_a_launcher():
-    """data, model, optim, train, timing and the loaders reach no launcher (fork server,
-    container, console, cli), not even through other modules."""
-    graph = package_imports()
-
-    def reach(module: str) -> set[str]:
-        seen, todo = set(), [module]
-        while todo:
-            for nxt in graph.get(todo.pop(), ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return seen
-
-    for module in CORE:
-        if module in graph:
-            assert not reach(module) & set(LAUNCHERS), module
-
-
-def test_the_study_model_imports_with_torch_blocked():
-    """`python -c` with torch unimportable can import mnistbench.study and build names."""
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "from mnistbench import study\n"
-            "print(study.cell_id('cpu', 'fp32', 'resident', 128, 0))\n"
-            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "cpu-fp32-resident-b128-r0"
 
 
 # ------------------------------------------------------------------------------ tips
@@ -308,7 +217,7 @@ def test_combined_tips_leave_out_what_a_device_lacks_and_resolve_amp_and_cores()
 
 def test_tip_flags_parse_back_to_the_cell_settings():
     """A tips cell's train flags, after the study-wide ones, parse to the tip's settings."""
-    from mnistbench import options
+    from mnistbench.core import options
 
     cell = next(c for c in tips_cells() if c.device == "cuda" and c.tip == "blog-all")
     study_wide = ["--workers", "0", "--no-pin-memory", "--allocator", "auto"]

@@ -1,4 +1,4 @@
-"""Tests of mnistbench.sysinfo: the environment capture, git revision, env names."""
+"""Tests of mnistbench.measure.sysinfo: the environment capture, git revision, env names."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mnistbench import __version__, schema, sysinfo
+from mnistbench import __version__
+from mnistbench.core import provenance, schema
+from mnistbench.measure import sysinfo
 
 REPO = Path(__file__).resolve().parents[1]
 ENV_VARS = ("MNISTBENCH_ENV", "MNISTBENCH_CONTAINER", "MNISTBENCH_GIT_REVISION", "SLURM_JOB_ID",
@@ -70,7 +72,7 @@ def test_capture_is_fast_even_with_cold_caches():
     import torch  # noqa: F401  (the trainer has imported it already; exclude its import time)
 
     sysinfo.capture()
-    sysinfo.git_revision_from_checkout.cache_clear()
+    provenance.git_revision_from_checkout.cache_clear()
     start = time.perf_counter()
     sysinfo.capture()
     cold = time.perf_counter() - start
@@ -87,7 +89,7 @@ def test_git_revision_matches_head():
     """The recorded revision is this checkout's HEAD, optionally marked -dirty."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                           text=True, check=True).stdout.strip()
-    sysinfo.git_revision_from_checkout.cache_clear()
+    provenance.git_revision_from_checkout.cache_clear()
     revision = sysinfo.capture()["git_revision"]
     assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", revision)
     assert revision.removesuffix("-dirty") == head
@@ -95,7 +97,7 @@ def test_git_revision_matches_head():
 
 def test_git_revision_falls_back_to_env_var_then_empty(monkeypatch):
     """Outside a git checkout the revision is $MNISTBENCH_GIT_REVISION, else empty."""
-    monkeypatch.setattr(sysinfo, "git_revision_from_checkout", lambda: None)
+    monkeypatch.setattr(provenance, "git_revision_from_checkout", lambda: None)
     assert sysinfo.capture()["git_revision"] == ""
     monkeypatch.setenv("MNISTBENCH_GIT_REVISION", "0123abc")
     assert sysinfo.capture()["git_revision"] == "0123abc"
@@ -103,8 +105,8 @@ def test_git_revision_falls_back_to_env_var_then_empty(monkeypatch):
 
 def test_run_git_outside_a_repository_gives_none(tmp_path):
     """git run in a folder that is no checkout yields None instead of raising."""
-    assert sysinfo._run_git(["rev-parse", "HEAD"], tmp_path) is None
-    assert sysinfo._run_git(["rev-parse", "HEAD"], tmp_path / "missing") is None
+    assert provenance._run_git(["rev-parse", "HEAD"], tmp_path) is None
+    assert provenance._run_git(["rev-parse", "HEAD"], tmp_path / "missing") is None
 
 
 def test_container_and_slurm_come_from_env_vars(monkeypatch):

@@ -1,4 +1,4 @@
-"""Tests for mnistbench.timing: phase timers whose phases add up to the epoch."""
+"""Tests for mnistbench.measure.timing: phase timers whose phases add up to the epoch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import time
 import pytest
 import torch
 
-from mnistbench import timing
+from mnistbench.core import clock
+from mnistbench.measure import timing
 
 
 def _three_steps(timer) -> None:
@@ -141,9 +142,9 @@ def test_process_start_is_exact_to_a_clock_tick() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
     after = time.time()
     try:
-        start = timing.process_start_unix(proc.pid)
+        start = clock.process_start_unix(proc.pid)
     finally:
         proc.kill()
         proc.wait()
     assert before - 0.011 <= start <= after + 0.011
-    assert abs(timing.process_start_unix(2**22 + 12345) - time.time()) < 0.5
+    assert abs(clock.process_start_unix(2**22 + 12345) - time.time()) < 0.5

@@ -1,4 +1,4 @@
-"""Tests for mnistbench.train: one honest cell, its outputs, statuses and exit codes."""
+"""Tests for mnistbench.measure.train: one honest cell, its outputs, statuses and exit codes."""
 
 from __future__ import annotations
 
@@ -17,8 +17,10 @@ import pytest
 import torch
 from conftest import TINY_TRAIN
 
-from mnistbench import atomic, cli, options, schema, train
-from mnistbench.devices import SUPPORTED
+from mnistbench import cli
+from mnistbench.core import atomic, options, schema
+from mnistbench.core.devices import SUPPORTED
+from mnistbench.measure import train
 
 TINY = {"max_steps": 4, "test_limit": 128, "warmup_steps": 1, "batch_size": 32,
         "sample_interval": 0.05, "quiet": True}
@@ -470,7 +472,7 @@ def test_cpu_cell_records_its_isa_and_bf16_path(tmp_path, tiny_mnist, precision)
     """A cell on this machine records the ISA torch dispatches to, the CPU's bf16 flags and
     oneDNN version, how its bf16 ran (native or emulated, as model.py decides; empty for
     fp32) and that the host clock timed it."""
-    from mnistbench import model
+    from mnistbench.measure import model
 
     code, summary, _ = run(tmp_path, tiny_mnist, precision=precision)
     assert code == 0, summary["reason"]
@@ -489,7 +491,8 @@ def test_cpu_cell_records_its_isa_and_bf16_path(tmp_path, tiny_mnist, precision)
 def test_collect_env_is_saved_once_per_environment(tmp_path, tiny_mnist, monkeypatch) -> None:
     """A cell filed at RUNS/ENV/EXPERIMENT/CELL leaves torch's collect_env report in RUNS/ENV
     once (a later cell keeps it); a cell elsewhere leaves none; the aggregate ignores it."""
-    from mnistbench import aggregate, hardware
+    from mnistbench.measure import hardware
+    from mnistbench.results import aggregate
 
     runs = tmp_path / "runs"
     made = []
@@ -515,7 +518,7 @@ def test_collect_env_is_saved_once_per_environment(tmp_path, tiny_mnist, monkeyp
 def test_collect_env_failure_does_not_fail_the_cell(tmp_path, tiny_mnist, monkeypatch,
                                                     capsys) -> None:
     """A collect_env report that cannot be made is a warning; the cell stays ok."""
-    from mnistbench import hardware
+    from mnistbench.measure import hardware
 
     def broken():
         raise RuntimeError("pip is missing")
@@ -561,7 +564,7 @@ def test_stock_implementation_runs_the_blogs_code(tmp_path, tiny_mnist) -> None:
 
 def test_stock_and_tuned_models_start_from_the_same_weights() -> None:
     """One seed gives ReferenceNet and Net the same initial parameters."""
-    from mnistbench import model
+    from mnistbench.measure import model
 
     stock, tuned = model.build_model(3, "stock"), model.build_model(3, "tuned")
     assert type(stock) is model.ReferenceNet and type(tuned) is model.Net

@@ -24,7 +24,10 @@ import yaml
 from fakes import make_study
 from snakemake.utils import validate
 
-from mnistbench import aggregate, cost, data, schema
+from mnistbench.core import schema
+from mnistbench.data import files
+from mnistbench.data import mnist as data
+from mnistbench.results import aggregate, cost
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -537,15 +540,15 @@ def test_fetch_rule_fills_data_dir_from_an_offline_mirror(tmp_path, real_mnist_m
     (public mirrors off) and logs under results/logs; other mirrors later fetch nothing."""
     dest = tmp_path / "resources" / "mnist"
     config = tiny_config(dest, tmp_path, mirrors=[str(real_mnist_mirror)])
-    proc = snakemake(tmp_path, config, "--cores", "1", *(str(dest / n) for n in data.FILES))
+    proc = snakemake(tmp_path, config, "--cores", "1", *(str(dest / n) for n in files.FILES))
     assert proc.returncode == 0, proc.stdout
-    for name in data.FILES:
-        assert data.md5_file(dest / name) == data.MD5[name]
-    for name in data.FILES:  # one job, and one log, per file
+    for name in files.FILES:
+        assert data.md5_file(dest / name) == files.MD5[name]
+    for name in files.FILES:  # one job, and one log, per file
         assert (tmp_path / "results" / "logs" / "fetch" / f"{name}.log").is_file()
     assert not (dest / ".fetch").exists()  # nothing left staged
     config["mirrors"] = ["https://mirror.invalid/mnist/"]  # where from is not a rerun trigger
-    proc = snakemake(tmp_path, config, "--cores", "1", *(str(dest / n) for n in data.FILES))
+    proc = snakemake(tmp_path, config, "--cores", "1", *(str(dest / n) for n in files.FILES))
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout, proc.stdout
 
 
@@ -563,10 +566,10 @@ def fake_tiny_study(workdir: Path, env: str = ENV) -> None:
 def data_with_one_file_missing(dest: Path, real_mnist: Path, missing: str) -> dict[str, int]:
     """Copy the verified MNIST files but ``missing`` into ``dest``; return their mtimes (ns)."""
     dest.mkdir(parents=True)
-    for name in data.FILES:
+    for name in files.FILES:
         if name != missing:
             shutil.copy2(real_mnist / name, dest / name)
-    return {name: (dest / name).stat().st_mtime_ns for name in data.FILES if name != missing}
+    return {name: (dest / name).stat().st_mtime_ns for name in files.FILES if name != missing}
 
 
 @pytest.mark.slow
@@ -580,12 +583,12 @@ def test_failed_fetch_keeps_the_verified_data_files(tmp_path, real_mnist):
     mirror.mkdir()
     (mirror / f"{missing}.gz").write_bytes(b"\x1f\x8bthis is not gzip data")
     config = tiny_config(dest, tmp_path, mirrors=[str(mirror)])
-    proc = snakemake(tmp_path, config, "--cores", "2", *(str(dest / n) for n in data.FILES))
+    proc = snakemake(tmp_path, config, "--cores", "2", *(str(dest / n) for n in files.FILES))
     assert proc.returncode != 0, proc.stdout
     assert not (dest / missing).exists()
     assert {name: (dest / name).stat().st_mtime_ns for name in kept} == kept
     for name in kept:
-        assert data.md5_file(dest / name) == data.MD5[name]
+        assert data.md5_file(dest / name) == files.MD5[name]
     assert jobs_of_rule(proc.stdout, "fetch") == 1
     log = (tmp_path / "results" / "logs" / "fetch" / f"{missing}.log").read_text()
     assert "not valid gzip data" in log, log
@@ -599,12 +602,12 @@ def test_fetch_rule_fetches_only_the_missing_file(tmp_path, real_mnist, real_mni
     missing = "train-labels-idx1-ubyte"
     kept = data_with_one_file_missing(dest, real_mnist, missing)
     config = tiny_config(dest, tmp_path, mirrors=[str(real_mnist_mirror)])
-    proc = snakemake(tmp_path, config, "--cores", "2", *(str(dest / n) for n in data.FILES))
+    proc = snakemake(tmp_path, config, "--cores", "2", *(str(dest / n) for n in files.FILES))
     assert proc.returncode == 0, proc.stdout
     assert jobs_of_rule(proc.stdout, "fetch") == 1
-    assert data.md5_file(dest / missing) == data.MD5[missing]
+    assert data.md5_file(dest / missing) == files.MD5[missing]
     assert {name: (dest / name).stat().st_mtime_ns for name in kept} == kept
-    assert sorted(p.name for p in dest.iterdir()) == sorted(data.FILES)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(files.FILES)
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_workflow import jobs_of_rule, planned_cells, snakemake, tiny_config
 
-from mnistbench import study
+from mnistbench.core import study
 
 
 def docker_config(data_dir: Path, workdir: Path, **overrides) -> dict:

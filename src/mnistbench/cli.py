@@ -5,7 +5,7 @@ that needs them, so ``--help`` and ``fetch`` start fast.
 Exit codes: 0 success; 1 bad input (data, results, config) or an output folder that cannot
 be written (a file in the way, no permission, a full disk), each with a one-paragraph message
 naming the path and the fix; 2 usage error; for ``train`` the cell statuses of
-:data:`mnistbench.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed).
+:data:`mnistbench.core.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import re
 import sys
 from pathlib import Path
 
-from . import __version__
-from .envvars import MIRROR_VAR
-from .options import (
+from mnistbench import __version__
+from mnistbench.core.envvars import MIRROR_VAR
+from mnistbench.core.options import (
     TRAIN_DESCRIPTION,
     TRAIN_HELP,
     add_train_arguments,
@@ -60,13 +60,14 @@ def _add_fetch(sub) -> None:
 
 
 def _cmd_fetch(args) -> int:
-    from . import data
+    from mnistbench.data import files
+    from mnistbench.data import mnist as data
 
     mirrors = list(args.mirror)
     env_value = os.environ.get(MIRROR_VAR, "")
     mirrors += [m for m in env_value.replace(",", " ").split() if m]
     if not args.no_default_mirrors:
-        mirrors += list(data.DEFAULT_MIRRORS)
+        mirrors += list(files.DEFAULT_MIRRORS)
     if not mirrors:
         raise CliError("no mirror to fetch from: give --mirror DIR_OR_URL or drop "
                        "--no-default-mirrors.")
@@ -87,11 +88,10 @@ def _add_train(sub) -> None:
 
 
 def _cmd_train(args) -> int:
-    from . import train
+    from mnistbench.measure import entry, train
 
-    config = train.TrainConfig.from_namespace(args)
     try:
-        return train.run_cell(config)
+        return entry.run(args)
     except train.OutputError as exc:
         raise CliError(str(exc)) from None
 
@@ -109,14 +109,14 @@ def _add_env(sub) -> None:
 
 def _cmd_env(args) -> int:
     if args.collect_env is not None:
-        from . import hardware
+        from mnistbench.measure import hardware
 
         try:
             print(hardware.save_collect_env(args.collect_env))
         except OSError as exc:
             raise CliError(f"cannot write {args.collect_env}: {exc}") from None
         return 0
-    from . import sysinfo
+    from mnistbench.measure import sysinfo
 
     print(json.dumps(sysinfo.capture(), indent=2, sort_keys=True, allow_nan=False))
     return 0
@@ -126,14 +126,14 @@ def _add_env_name(sub) -> None:
     p = sub.add_parser("env-name", help="print the environment name results are filed under",
                        description="Print the name of this environment (a folder under "
                        "results/runs): $MNISTBENCH_ENV, else the host name and the runtime, "
-                       "e.g. myhost-local or myhost-docker-mnistbench-cpu (mnistbench.study).")
+                       "e.g. myhost-local or myhost-docker-mnistbench-cpu (mnistbench.core.study).")
     p.add_argument("--runtime", choices=["local", "docker", "apptainer"], default=None,
                    help="the runtime of the cells instead of this process's own")
     p.set_defaults(func=_cmd_env_name)
 
 
 def _cmd_env_name(args) -> int:
-    from . import study
+    from mnistbench.core import study
 
     print(study.environment_name(runtime=args.runtime))
     return 0
@@ -144,13 +144,14 @@ def _add_lock_file(sub) -> None:
                        "cells, safely", description="Create PATH as the lock file that keeps "
                        "timed cells of every study on this machine apart (readable by all, "
                        "never through a symlink), or check the existing one; exit 1 with the "
-                       "reason and the fix when it is not a plain file (mnistbench.machinelock).")
+                       "reason and the fix when it is not a plain file "
+                   "(mnistbench.launch.machinelock).")
     p.add_argument("path", type=Path, help="the lock file (the workflow's config lock_file)")
     p.set_defaults(func=_cmd_lock_file)
 
 
 def _cmd_lock_file(args) -> int:
-    from . import machinelock
+    from mnistbench.launch import machinelock
 
     try:
         machinelock.prepare(args.path)
@@ -174,7 +175,7 @@ def _add_aggregate(sub) -> None:
 
 
 def _cmd_aggregate(args) -> int:
-    from . import aggregate
+    from mnistbench.results import aggregate
 
     try:
         paths = aggregate.aggregate(args.runs, args.out_dir)
@@ -207,7 +208,7 @@ def _add_report(sub) -> None:
 
 
 def _cmd_report(args) -> int:
-    from . import report
+    from mnistbench.report import render as report
 
     try:
         path = report.render_report(args.results, args.out, cost_model_path=args.cost_model,
@@ -235,7 +236,8 @@ def _add_pack(sub) -> None:
 
 
 def _cmd_pack(args) -> int:
-    from . import archive, study
+    from mnistbench.core import study
+    from mnistbench.results import archive
 
     env = args.env or study.environment_name()
     try:
@@ -265,7 +267,7 @@ def _add_unpack(sub) -> None:
 
 
 def _cmd_unpack(args) -> int:
-    from . import archive
+    from mnistbench.results import archive
 
     try:
         if args.check:
@@ -328,7 +330,7 @@ def _env_file(text: str) -> tuple[str, Path]:
 
 
 def _cmd_publish(args) -> int:
-    from . import publish
+    from mnistbench import publish
 
     if args.check:
         problems = publish.verify(args.report)
@@ -424,7 +426,7 @@ def _add_docker(sub) -> None:
 
 
 def _cmd_docker_check(args) -> int:
-    from . import container
+    from mnistbench.launch import container
 
     try:
         print(container.check_engine())
@@ -434,7 +436,7 @@ def _cmd_docker_check(args) -> int:
 
 
 def _cmd_docker_build(args) -> int:
-    from . import container
+    from mnistbench.launch import container
 
     try:
         record = container.build_image(args.dockerfile, args.tag, dict(args.build_arg),
@@ -446,7 +448,7 @@ def _cmd_docker_build(args) -> int:
 
 
 def _cmd_docker_run(args) -> int:
-    from . import container
+    from mnistbench.launch import container
 
     train_args = list(args.train_args)
     if train_args[:1] == ["--"]:

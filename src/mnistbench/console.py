@@ -3,7 +3,7 @@ set ($MNISTBENCH_FORKSERVER) and serves it; everything else, and a ``train`` the
 not take, runs here through :func:`mnistbench.cli.main`.
 
 This is the only module that imports both the launcher and the CLI, so neither imports the
-other: a forked cell runs ``cli.main`` from the server (mnistbench.forkserver).
+other: a forked cell runs ``cli.main`` from the server (mnistbench.launch.forkserver).
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import sys
 
-from . import cli, cpuruntime, forkserver
-from .envvars import FORKSERVER_SOCKET_VAR
+from mnistbench import cli
+from mnistbench.core import cpuruntime
+from mnistbench.core.envvars import FORKSERVER_SOCKET_VAR
+from mnistbench.launch import forkserver
 
 
 def main(argv: list[str] | None = None) -> int:

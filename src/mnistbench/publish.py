@@ -4,7 +4,7 @@
 ``report/`` holds
 
 - ``index.html``: the report, one self-contained file, rendered from ``data/`` alone with
-  :func:`mnistbench.report.render_report`;
+  :func:`mnistbench.report.render.render_report`;
 - ``data/``: the tidy tables (``summary.csv``, ``epochs.csv``, ``resources.csv``,
   ``columns.csv``), the cost model (``cost_model.json``) and ``manifest.json``: the
   environments with their hardware (from ``summary.csv``'s environment columns), the dates,
@@ -52,7 +52,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import __version__, aggregate, archive, atomic, schema, study
+from mnistbench import __version__
+from mnistbench.core import atomic, schema, study
+from mnistbench.results import aggregate, archive
 
 #: ``format`` of the manifest, and its version.
 FORMAT = "mnistbench-publication"
@@ -188,7 +190,7 @@ def env_devices(config: dict, cells: Iterable[CellInfo]) -> list[str]:
 def expected_cells(config: dict, cells: Sequence[CellInfo],
                    env_configs: Mapping[str, dict] | None = None) -> set[tuple[str, str, str]]:
     """(env, experiment, cell) of every cell the config's matrix asks of each environment
-    that has cells (:func:`mnistbench.study.build_matrix`, devices per :func:`env_devices`);
+    that has cells (:func:`mnistbench.core.study.build_matrix`, devices per :func:`env_devices`);
     an environment in ``env_configs`` is asked what its own config's matrix holds."""
     by_env: dict[str, list[CellInfo]] = defaultdict(list)
     for cell in cells:
@@ -478,7 +480,7 @@ def _stage_tables(runs: Path, results: Path, out: Path) -> None:
 
 
 def _stage_cost_model(source: Path, target: Path) -> None:
-    from . import cost
+    from mnistbench.results import cost
 
     if not source.is_file():
         raise PublishError(f"{source} does not exist: run the study (make study writes it "
@@ -543,7 +545,7 @@ def reproduce_command(configfiles: Sequence[Path],
 def render(render_args: dict, out: Path) -> Path:
     """Render the report of a publication into ``out`` with its recorded arguments (paths
     relative to the current folder)."""
-    from . import report
+    from mnistbench.report import render as report
 
     try:
         return report.render_report(Path(render_args["results"]), Path(out),
@@ -666,7 +668,7 @@ def readme(manifest: dict) -> str:
     def statuses(counts: dict) -> str:
         return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
 
-    template = Environment(loader=PackageLoader("mnistbench", "templates"),
+    template = Environment(loader=PackageLoader("mnistbench.report", "templates"),
                            undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                            keep_trailing_newline=True).get_template(README_TEMPLATE)
     gpu = any(d != "cpu" for e in manifest["environments"] for d in e["measured_devices"])

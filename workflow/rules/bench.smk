@@ -1,6 +1,6 @@
 # Stage 2: the timed cells. One job per cell of the matrix (below), in matrix order
 # (priority), never two at once (resource timed_cell = 1, plus a machine-wide flock on a lock
-# file that `mnistbench lock-file` creates or checks safely: mnistbench.machinelock). The rule
+# file that `mnistbench lock-file` creates or checks safely: mnistbench.launch.machinelock). The rule
 # says WHAT and WHERE; `mnistbench train` does the timing and writes summary.json,
 # epochs.csv and resources.csv atomically into the cell's folder.
 #

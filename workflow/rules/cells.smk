@@ -1,5 +1,5 @@
 # The study's timed cells: the devices of the study, its environments, the matrix (built by
-# mnistbench.study), the cell lookups the bench rule uses, the resource that keeps cells apart
+# mnistbench.core.study), the cell lookups the bench rule uses, the resource that keeps cells apart
 # and the runners that start them. Functions only (the rule is in bench.smk).
 
 
@@ -11,7 +11,7 @@ def study_devices():
     if config["devices"] == "auto" and ON_SLURM:
         return ["cpu", "cuda"] if SLURM["partitions"]["cuda"] else ["cpu"]
     # Without torch (its import costs ~3 s at DAG time): NVIDIA or AMD (cuda), Intel (xpu),
-    # Apple (mps); mnistbench.devices.visible_devices.
+    # Apple (mps); mnistbench.core.devices.visible_devices.
     if config["devices"] == "auto":
         return devices.visible_devices()
     return list(config["devices"])
@@ -33,7 +33,7 @@ if ON_SLURM:
 STUDY_ENVS = sorted({env for d in DEVICES_OF_STUDY for env, _ in cell_envs(d)})
 
 
-# The matrix (mnistbench.study.build_matrix): one Cell per timed cell, in run order
+# The matrix (mnistbench.core.study.build_matrix): one Cell per timed cell, in run order
 # (repeat-major, see cell_priority), each once per environment of its device.
 MATRIX = study.build_matrix(
     config["experiments"],

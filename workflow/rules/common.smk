@@ -1,6 +1,6 @@
 # What needs Snakemake itself: the validated config, where things go, this environment's name,
 # the lock of timed cells, the shell prefix, the reproduce command and the execution hooks. The
-# study as data (cells, ids, environment names) is mnistbench.study; the matrix is built in
+# study as data (cells, ids, environment names) is mnistbench.core.study; the matrix is built in
 # bench.smk, SLURM in slurm.smk, the docker runner in docker.smk. Everything here runs once,
 # when Snakemake builds the DAG, and must stay fast (no torch import): a 500-cell study builds
 # in well under 10 s (benchmarks/bench_dag.py).
@@ -17,18 +17,12 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from mnistbench import (
-    cost,
-    cpuruntime,
-    data,
-    devices,
-    forkserver,
-    machinelock,
-    schema,
-    study,
-)
-from mnistbench.atomic import write_json, write_text
-from mnistbench.devices import DEVICES
+from mnistbench.core import cpuruntime, devices, schema, study
+from mnistbench.core.atomic import write_json, write_text
+from mnistbench.core.devices import DEVICES
+from mnistbench.data import files
+from mnistbench.launch import forkserver, machinelock
+from mnistbench.results import cost
 
 CONFIG_SCHEMA = "../schemas/config.schema.yaml"
 
@@ -72,12 +66,12 @@ RESULTS = "results"
 RUNS = f"{RESULTS}/runs"
 EXPERIMENTS = study.EXPERIMENTS
 DATA_DIR = os.path.normpath(config["data_dir"])
-DATA_FILES = [os.path.join(DATA_DIR, name) for name in data.FILES]
+DATA_FILES = [os.path.join(DATA_DIR, name) for name in files.FILES]
 MACHINE_CORES = os.cpu_count() or 1
 
 
 def environment_name():
-    """config `env`, else $MNISTBENCH_ENV, else host name + runtime (mnistbench.study); with
+    """config `env`, else $MNISTBENCH_ENV, else host name + runtime (mnistbench.core.study); with
     runner docker the cells' runtime, <host>-docker, not this process's."""
     runtime = "docker" if config["runner"] == "docker" else None
     try:
@@ -94,7 +88,7 @@ ENV = environment_name()
 def timing_lock_file():
     """The machine-wide lock file of timed cells (config lock_file, else one in the temporary
     folder), checked without creating anything, so a dry run leaves no trace: the bench job
-    creates it safely (`mnistbench lock-file`, mnistbench.machinelock) just before its cell.
+    creates it safely (`mnistbench lock-file`, mnistbench.launch.machinelock) just before its cell.
     """
     path = machinelock.resolve(config["lock_file"])
     if shutil.which("flock") is None:

@@ -18,7 +18,7 @@ rule fetch:
     log:
         "results/logs/fetch/{name}.log",
     wildcard_constraints:
-        name="|".join(re.escape(name) for name in data.FILES),
+        name="|".join(re.escape(name) for name in files.FILES),
     localrule: True
     params:
         dest=lambda wildcards, output: os.path.dirname(output[0]),

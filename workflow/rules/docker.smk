@@ -2,7 +2,7 @@
 # cell in its device's image. Rule docker_image (images.smk) builds the images into
 # results/images/{device}.json; docker_launcher puts `mnistbench docker run --record
 # results/images/{device}.json ... --` in front of the bench rule's `train ...` flags, inside
-# the same flock. mnistbench.container does the HOW.
+# the same flock. mnistbench.launch.container does the HOW.
 #
 # The engine is checked when the jobs are about to start (START_HOOKS, common.smk): a missing
 # `docker` or a stopped daemon stops the run before any job starts, with the fix. Dry runs and
@@ -72,7 +72,7 @@ def image_sources():
 
 def check_docker_engine():
     """Stop the run before any job starts when no Docker engine answers (runner: docker)."""
-    from mnistbench import container
+    from mnistbench.launch import container
 
     try:
         version = container.check_engine()

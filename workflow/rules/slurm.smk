@@ -28,7 +28,7 @@ def slurm_node_type(partition):
 
 def slurm_env_name(partition):
     """{env} of the cells of ``partition``: slurm.node_types.<partition>.name, else config env
-    (or "slurm") and the partition, e.g. slurm-gpu-a100 (mnistbench.study)."""
+    (or "slurm") and the partition, e.g. slurm-gpu-a100 (mnistbench.core.study)."""
     try:
         return study.partition_env_name(
             partition, slurm_node_type(partition).get("name", ""), config["env"]

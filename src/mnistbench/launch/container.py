@@ -37,10 +37,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from . import __version__, options, schema, study, sysinfo
-from .atomic import write_json
-from .devices import cuda_hidden
-from .envvars import GPU_NOTE_VAR, IMAGE_ID_VAR
+from mnistbench import __version__
+from mnistbench.core import options, provenance, schema, study
+from mnistbench.core.atomic import write_json
+from mnistbench.core.devices import cuda_hidden
+from mnistbench.core.envvars import GPU_NOTE_VAR, IMAGE_ID_VAR
 
 #: Seconds ``docker version`` may take before the engine counts as not answering.
 ENGINE_TIMEOUT_S = 20.0
@@ -121,7 +122,7 @@ def resolved_build_args(tag: str, build_args: Mapping[str, str],
     given = set(build_args) | _option_build_args(options)
     defaults = {"IMAGE_NAME": tag,
                 "VERSION": __version__,
-                "REVISION": sysinfo.git_revision() or "unknown",
+                "REVISION": provenance.git_revision() or "unknown",
                 "CREATED": _utc_now()}
     return {**{k: v for k, v in defaults.items() if k not in given}, **dict(build_args)}
 
@@ -239,7 +240,7 @@ def _option_values(args: Sequence[str], name: str) -> list[str]:
 
 
 def _train_options(args: Sequence[str]):
-    """``train``'s options parsed by the CLI's own parser (mnistbench.options), or a
+    """``train``'s options parsed by the CLI's own parser (mnistbench.core.options), or a
     :class:`ContainerError` with argparse's message."""
     parser = options.train_parser()
     try:

@@ -6,7 +6,7 @@ from here, so neither imports the other for a name.
 
 from __future__ import annotations
 
-#: An explicit environment name for the cells' results (mnistbench.study.environment_name).
+#: An explicit environment name for the cells' results (mnistbench.core.study.environment_name).
 ENV_NAME_VAR = "MNISTBENCH_ENV"
 #: The image a process runs in, set by our Dockerfiles (recorded as env.container).
 CONTAINER_VAR = "MNISTBENCH_CONTAINER"

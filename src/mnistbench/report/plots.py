@@ -1,11 +1,12 @@
 """The report's charts, as PNG bytes (embedded as data URIs, and written to --figures-dir).
 
-Every chart function takes the aggregated DataFrames (:func:`mnistbench.aggregate.load_tables`)
-and returns PNG bytes, or None when its data are absent; :data:`CHARTS` says, per chart,
-what is missing then. Figures are :class:`matplotlib.figure.Figure` objects drawn with the
-Agg canvas, never registered with pyplot, so there is no global state and nothing to close
-(they are freed with their last reference). Seaborn supplies the style and palette through
-an ``rc_context``. Every axis label carries its unit.
+Every chart function takes the aggregated DataFrames
+(:func:`mnistbench.results.aggregate.load_tables`) and returns PNG bytes, or None when its
+data are absent; :data:`CHARTS` says, per chart, what is missing then. Figures are
+:class:`matplotlib.figure.Figure` objects drawn with the Agg canvas, never registered with
+pyplot, so there is no global state and nothing to close (they are freed with their last
+reference). Seaborn supplies the style and palette through an ``rc_context``. Every axis
+label carries its unit.
 
 The PNGs have :data:`SCALE` (2) pixels per CSS pixel, so they stay sharp on HiDPI screens; the
 report shows them at :func:`css_size`. A series keeps one look across every chart: its colour
@@ -30,8 +31,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
-from . import schema, stats
-from .blog import blog_cells
+from mnistbench.core import schema
+from mnistbench.report.blog import blog_cells
+from mnistbench.results import stats
 
 SCALE = 2  # PNG pixels per CSS pixel: sharp on HiDPI screens
 CSS_DPI = 100  # CSS pixels per inch of a chart as the report shows it
@@ -614,7 +616,7 @@ class Chart:
 
 
 #: Every chart of the report, in order. ``sources``: the tables (attributes of
-#: :class:`mnistbench.aggregate.Tables`) passed to its function.
+#: :class:`mnistbench.results.aggregate.Tables`) passed to its function.
 CHARTS = (
     Chart("phases", "Where the time goes: seconds per epoch by phase", ("summary",),
           phase_bars,

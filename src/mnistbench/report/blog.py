@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from . import study
+from mnistbench.core import study
 
 #: The blog's own figures (another machine: not measured by this study), as printed. None: a
 #: figure of the blog's tables that this project's reference data does not hold.
@@ -245,7 +245,7 @@ def verdict_accuracy_gap(claimed_gap: float, seed_spread: float | None,
 # ------------------------------------------------------------------------- the tips
 
 # The tips themselves (what each changes, where it applies and why not elsewhere) have one
-# home, mnistbench.study.TIPS; here are the verdict rules.
+# home, mnistbench.core.study.TIPS; here are the verdict rules.
 BASELINE = "baseline"
 
 
@@ -259,7 +259,7 @@ def tip(name: str) -> study.Tip:
 
 
 def tip_order(names) -> list[str]:
-    """``names`` in the order of :data:`mnistbench.study.TIPS`, unknown tips after them,
+    """``names`` in the order of :data:`mnistbench.core.study.TIPS`, unknown tips after them,
     alphabetically."""
     known = list(study.TIP_NAMES)
     return sorted(set(names), key=lambda n: (known.index(n) if n in known else len(known), n))

@@ -7,7 +7,7 @@ This is the one home of the cell-id format (:func:`cell_id`) and of the environm
 rules, the test fakes, the SLURM tests, the GPU check and the Docker entrypoint
 (``mnistbench env-name``) all ask here.
 
-Environment variables read (names in :mod:`mnistbench.envvars`): ``MNISTBENCH_ENV`` (an
+Environment variables read (names in :mod:`mnistbench.core.envvars`): ``MNISTBENCH_ENV`` (an
 explicit environment name), ``MNISTBENCH_CONTAINER`` (the image, set in our images),
 ``APPTAINER_CONTAINER`` / ``SINGULARITY_CONTAINER`` (set by Apptainer).
 """
@@ -21,8 +21,8 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .devices import is_supported
-from .envvars import CONTAINER_VAR, ENV_NAME_VAR
+from mnistbench.core.devices import is_supported
+from mnistbench.core.envvars import CONTAINER_VAR, ENV_NAME_VAR
 
 #: The experiments of a study, in the order their cells are listed within a repeat.
 EXPERIMENTS = ("convergence", "sweep", "tips")

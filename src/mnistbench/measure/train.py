@@ -49,12 +49,15 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from . import atomic, cpuruntime, data, devices, hardware, model, schema, study, sysinfo
-from .envvars import PROCESS_START_VAR
-from .loaders import Loaders, build_loaders
-from .monitor import ResourceMonitor
-from .optim import AdamImpl, make_adam
-from .timing import phase_timer, process_start_unix, synchronize, timing_method
+from mnistbench.core import atomic, cpuruntime, devices, schema, study
+from mnistbench.core.clock import process_start_unix
+from mnistbench.core.envvars import PROCESS_START_VAR
+from mnistbench.data import mnist as data
+from mnistbench.measure import backends, hardware, model, sysinfo
+from mnistbench.measure.loaders import Loaders, build_loaders
+from mnistbench.measure.monitor import ResourceMonitor
+from mnistbench.measure.optim import AdamImpl, make_adam
+from mnistbench.measure.timing import phase_timer, synchronize, timing_method
 
 COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune")
 OUTPUT_FILES = (schema.EPOCHS_FILE, schema.RESOURCES_FILE, schema.SUMMARY_FILE)
@@ -77,7 +80,7 @@ class NonFiniteLoss(Exception):
 
 @dataclass
 class TrainConfig:
-    """Every setting of a cell; field docs are in :data:`mnistbench.schema.PARAM_FIELDS`."""
+    """Every setting of a cell; field docs are in :data:`mnistbench.core.schema.PARAM_FIELDS`."""
 
     out: Path
     data: Path = Path("resources/mnist")
@@ -167,8 +170,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, device: torch.device, init_seed: int) -> None:
         self.cfg, self.device = cfg, device
-        self.backend = devices.backend(cfg.device)
-        self.policy = devices.precision_policy(cfg.precision)
+        self.backend = backends.backend(cfg.device)
+        self.policy = backends.precision_policy(cfg.precision)
         self.policy.apply_backend_flags()
         stock = cfg.implementation == "stock"
         # stock: the blog's code as written (ReferenceNet, nn.Dropout, the default memory
@@ -317,7 +320,7 @@ def find_max_batch(cfg: TrainConfig, device: torch.device, train_size: int) -> i
     search in ``cfg.resolved`` and returns the size."""
     import psutil
 
-    from .options import CPU_MAX_BATCH_CAP, MAX_BATCH_CAP
+    from mnistbench.core.options import CPU_MAX_BATCH_CAP, MAX_BATCH_CAP
 
     start = cfg.batch_size
     cap = min(CPU_MAX_BATCH_CAP if device.type == "cpu" else MAX_BATCH_CAP, train_size)
@@ -598,9 +601,9 @@ def execute(run: CellRun) -> None:
     cfg, monitor, timing = run.cfg, run.monitor, run.timing
     warmup_start = time.perf_counter()
     try:
-        device = devices.pick_device(cfg.device)
-        devices.check_precision(cfg.device, cfg.precision)  # the device's capability query
-        backend = devices.backend(cfg.device)
+        device = backends.pick_device(cfg.device)
+        backends.check_precision(cfg.device, cfg.precision)  # the device's capability query
+        backend = backends.backend(cfg.device)
         if cfg.precision == "bf16":
             cfg.resolved["bf16_path"] = backend.bf16_path()
         timing["timing_method"] = timing_method(cfg.device)
@@ -636,7 +639,7 @@ def execute(run: CellRun) -> None:
             f"experiments.{cfg.experiment}.time_limit, or --time-limit) or time fewer epochs")
         timing.setdefault("warmup_s", time.perf_counter() - warmup_start)
         run.rows = []  # only complete cells have epoch rows
-    except devices.DeviceUnavailable as exc:
+    except backends.DeviceUnavailable as exc:
         run.status, run.reason = "unavailable", f"{cfg.device} unavailable: {exc}"
     except (data.DataError, NonFiniteLoss) as exc:
         run.status, run.reason = "failed", str(exc)

@@ -29,7 +29,7 @@ failed job).
 Every summary records how its process started (``env.launch``: ``exec`` or ``fork-server``)
 and ``timing.startup_s`` counts from the client's start, so the overhead stays visible.
 
-Start a server: ``python -m mnistbench.forkserver --socket PATH [--parent-pid PID]`` (the
+Start a server: ``python -m mnistbench.launch.forkserver --socket PATH [--parent-pid PID]`` (the
 workflow does it, see :func:`spawn`), and point clients at it with ``$MNISTBENCH_FORKSERVER``.
 The server ends when its parent process ends, after ``--idle-timeout`` seconds without
 clients, or on SIGTERM/SIGINT; a server started by :func:`spawn` then removes its private
@@ -59,11 +59,11 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cpuruntime
-from .envvars import FORKSERVER_SOCKET_VAR, LAUNCH_VAR, PROCESS_START_VAR
-from .timing import process_start_unix
+from mnistbench.core import cpuruntime
+from mnistbench.core.clock import process_start_unix
+from mnistbench.core.envvars import FORKSERVER_SOCKET_VAR, LAUNCH_VAR, PROCESS_START_VAR
 
-# Environment variables (mnistbench.envvars): FORKSERVER_SOCKET_VAR names the server's
+# Environment variables (mnistbench.core.envvars): FORKSERVER_SOCKET_VAR names the server's
 # socket, and clients delegate ``train`` when it is set; a forked cell gets LAUNCH_VAR (how the
 # process started, recorded as env.launch) and PROCESS_START_VAR (when the client started,
 # Unix s, so that timing.startup_s counts from the client's start).
@@ -74,7 +74,7 @@ LOAD_TIME_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "VE
                       "NUMEXPR_", "LD_", "PYTHON", "MALLOC_", "GLIBC_", "TORCH_", "PYTORCH_",
                       "CUDA_", "NCCL_", "NVIDIA_", "DNNL_", "ONEDNN_", "ATEN_")
 #: Modules the server imports before it serves (everything `mnistbench train` imports).
-PRELOAD = ("mnistbench.cli", "mnistbench.train", "psutil")
+PRELOAD = ("mnistbench.measure.entry", "mnistbench.measure.train", "psutil")
 _HEADER = struct.Struct("!I")  # length of the JSON request that follows, in bytes
 _MAX_REQUEST = 1 << 20  # bytes
 _KILL_GRACE_S = 5.0  # s between SIGTERM and SIGKILL for a cell whose client vanished
@@ -301,9 +301,9 @@ def _run_child(request: dict, fds: list[int], close: list[int], parent: int) -> 
         os.environ.clear()
         os.environ.update(env)
         sys.argv = ["mnistbench", *request["argv"]]
-        from . import cli
+        from mnistbench.measure import entry
 
-        code = cli.main(request["argv"])
+        code = entry.main(request["argv"][1:])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:
@@ -575,7 +575,7 @@ def _server_starting() -> bool | str:
     if not _alive(pid):
         return f"its server process {pid} has ended"
     with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
-        if b"mnistbench.forkserver" not in handle.read():  # the pid was reused
+        if b"mnistbench.launch.forkserver" not in handle.read():  # the pid was reused
             return f"process {pid} is not a fork server (its server has ended)"
     return True
 
@@ -651,7 +651,7 @@ def spawn(python: str | None = None, log: Path | None = None,
     its folder then; the folders of earlier servers killed with their owner are removed here.
 
     The server runs with ``allocator``'s library preloaded, as a ``train`` client asking for
-    it has it (mnistbench.cpuruntime.ensure_allocator), so their load-time environments match;
+    it has it (mnistbench.core.cpuruntime.ensure_allocator), so their load-time environments match;
     a client asking for another allocator is refused and runs the cell itself. Raises
     cpuruntime.AllocatorError when the allocator is not installed."""
     _, library = cpuruntime.resolve(allocator)
@@ -660,7 +660,8 @@ def spawn(python: str | None = None, log: Path | None = None,
         remove_stale_folders()
     folder = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-"))
     path = folder / "socket"
-    command = [python or sys.executable, "-m", "mnistbench.forkserver", "--socket", str(path),
+    command = [python or sys.executable, "-m", "mnistbench.launch.forkserver",
+               "--socket", str(path),
                "--parent-pid", str(os.getpid()), "--idle-timeout", str(idle_timeout),
                "--remove-folder"]
     output = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
@@ -706,8 +707,8 @@ def _answers(path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mnistbench.forkserver``: serve until the parent ends."""
-    parser = argparse.ArgumentParser(prog="python -m mnistbench.forkserver",
+    """``python -m mnistbench.launch.forkserver``: serve until the parent ends."""
+    parser = argparse.ArgumentParser(prog="python -m mnistbench.launch.forkserver",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--socket", type=Path, required=True, help="Unix socket path to serve")
     parser.add_argument("--parent-pid", type=int, default=None,

@@ -1,16 +1,16 @@
 """The hardware record that tells machines apart: what every cell records beyond the model
 names (the ``env`` keys of :data:`HARDWARE_FIELDS`, part of
-:data:`mnistbench.schema.ENV_FIELDS`), and torch's own ``collect_env`` report, saved once per
+:data:`mnistbench.core.schema.ENV_FIELDS`), and torch's own ``collect_env`` report, saved once per
 environment beside its runs.
 
 Two machines with the same CPU model name can differ in what torch does with them: the vector
 ISA torch dispatches to (``torch.backends.cpu.get_cpu_capability()``: AVX2, AVX512, ...),
 whether bf16 has hardware support (AVX512-BF16, AMX) or runs emulated, the oneDNN and MKL builds,
-the frequency governor and turbo. :func:`record` reads them; :func:`mnistbench.aggregate.
+the frequency governor and turbo. :func:`record` reads them; :func:`mnistbench.results.aggregate.
 hardware_label` names the hardware by them, so such machines are never pooled.
 
 Accelerators: :func:`record` also names the accelerator torch sees (``gpu_backend``: cuda,
-rocm, xpu or mps) and, for xpu and mps (which :mod:`mnistbench.sysinfo`'s CUDA fields do not
+rocm, xpu or mps) and, for xpu and mps (which :mod:`mnistbench.measure.sysinfo`'s CUDA fields do not
 cover), its name, count and memory. Nothing here raises: what cannot be read is ``""``.
 """
 
@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from . import atomic
+from mnistbench.core import atomic
 
 #: The env keys :func:`record` fills (the GPU keys only for xpu and mps, and gpu_driver for
 #: rocm).
@@ -144,7 +144,7 @@ def record(root: Path | str = os.sep) -> dict[str, Any]:
     with contextlib.suppress(Exception):
         out["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
     with contextlib.suppress(Exception):
-        from .model import NATIVE_CPU_BF16
+        from mnistbench.measure.model import NATIVE_CPU_BF16
 
         out["cpu_bf16"] = "native" if NATIVE_CPU_BF16 else "emulated"
     with contextlib.suppress(Exception):

@@ -233,7 +233,7 @@ def _cpu_list(cpus: set[int]) -> str:
 def record() -> dict[str, str]:
     """What the cell's CPU runtime really is: allocator as loaded (and its library), the
     tuning, torch's inter-op threads, OpenMP variables, core binding (the keys of
-    :data:`mnistbench.schema.ENV_FIELDS` it fills)."""
+    :data:`mnistbench.core.schema.ENV_FIELDS` it fills)."""
     allocator, library = loaded_allocator()
     interop = ""
     torch = sys.modules.get("torch")

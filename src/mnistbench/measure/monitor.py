@@ -1,6 +1,6 @@
 """A background resource sampler that runs beside a training cell: process and system CPU use,
 resident memory, GPU utilisation, memory and power (NVML) and GPU and CPU energy counters,
-one row of :data:`mnistbench.schema.RESOURCE_COLUMNS` every ``interval`` seconds.
+one row of :data:`mnistbench.core.schema.RESOURCE_COLUMNS` every ``interval`` seconds.
 
 Usage (the trainer)::
 
@@ -65,8 +65,8 @@ from typing import Any
 
 import psutil
 
-from . import atomic
-from .schema import RESOURCE_COLUMNS
+from mnistbench.core import atomic
+from mnistbench.core.schema import RESOURCE_COLUMNS
 
 #: Allowed values of the ``stage`` column, in the order a cell goes through them.
 STAGES = ("setup", "warmup", "train", "done")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import data
+from mnistbench.data import mnist as data
 
 #: MNIST normalisation of the classic pipeline (torchvision's Normalize((0.1307,), (0.3081,))).
 MNIST_MEAN = 0.1307
@@ -90,7 +90,7 @@ class Loaders:
 
 def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Loaders:
     """Read the verified IDX files and build both loaders of ``cfg.loader`` (``cfg``: a
-    :class:`mnistbench.train.TrainConfig`: data, loader, batch sizes, limits, workers,
+    :class:`mnistbench.measure.train.TrainConfig`: data, loader, batch sizes, limits, workers,
     pin_memory)."""
     train_x, train_y = data.load_split(cfg.data, "train")
     test_x, test_y = data.load_split(cfg.data, "test")

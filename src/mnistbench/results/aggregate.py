@@ -3,17 +3,17 @@
 :func:`aggregate` walks ``RUNS/{env}/{experiment}/{cell}/summary.json`` and writes, into
 ``OUT_DIR``:
 
-- ``summary.csv``: one row per cell, columns :func:`mnistbench.schema.summary_columns`
+- ``summary.csv``: one row per cell, columns :func:`mnistbench.core.schema.summary_columns`
   (identity, status, reason, every param, result, timing and environment field, and the
   derived ``hardware`` label, :func:`hardware_label`);
-- ``epochs.csv``: long format, :data:`~mnistbench.schema.ID_COLUMNS` + :data:`KEY_PARAMS` +
-  :data:`~mnistbench.schema.EPOCH_COLUMNS`;
-- ``resources.csv``: the same prefix + :data:`~mnistbench.schema.RESOURCE_COLUMNS`;
+- ``epochs.csv``: long format, :data:`~mnistbench.core.schema.ID_COLUMNS` + :data:`KEY_PARAMS` +
+  :data:`~mnistbench.core.schema.EPOCH_COLUMNS`;
+- ``resources.csv``: the same prefix + :data:`~mnistbench.core.schema.RESOURCE_COLUMNS`;
 - ``columns.csv``: ``file, name, unit, description`` of every column of the three tables,
   so the units travel with the data.
 
 Every input is read and checked before anything is written, and the four files appear
-together or not at all (:func:`mnistbench.atomic.write_together`), so a bad input or an
+together or not at all (:func:`mnistbench.core.atomic.write_together`), so a bad input or an
 unwritable ``OUT_DIR`` (read-only, full) leaves no partial outputs. Cells copied in from
 other machines (``RUNS/{other env}``) merge into the same tables. :func:`load_tables` reads
 them back with the right types for the report.
@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import atomic, schema
-from .devices import device_label
+from mnistbench.core import atomic, schema
+from mnistbench.core.devices import device_label
 
 #: Params repeated in front of every epochs.csv / resources.csv row (after the id columns).
 KEY_PARAMS = ("device", "precision", "loader", "batch_size", "repeat")
@@ -80,9 +80,9 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
     Cell folders without ``summary.json`` are incomplete (still running, or killed) and are
     skipped with a warning on stderr. Raises :class:`AggregateError` for an empty or missing
     runs folder, an unreadable or inconsistent ``summary.json`` / CSV, or a schema version
-    this mnistbench cannot read (newer than :data:`mnistbench.schema.SCHEMA_VERSION`), a cell
+    this mnistbench cannot read (newer than :data:`mnistbench.core.schema.SCHEMA_VERSION`), a cell
     without a device, precision, loader, batch size or repeat, or an ``out_dir`` that cannot be
-    written; fields a later version added (:data:`mnistbench.schema.ADDED_IN`) read as empty in
+    written; fields a later version added (:data:`mnistbench.core.schema.ADDED_IN`) read as empty in
     older summaries.
     """
     runs = Path(runs)
@@ -190,7 +190,7 @@ def _read_summary(path: Path) -> _Cell:
         if unknown:
             raise AggregateError(
                 f"{path}: unknown {name} key(s) {', '.join(unknown)}; allowed: "
-                f"{', '.join(fields)}. The trainer and mnistbench.schema disagree: add the "
+                f"{', '.join(fields)}. The trainer and mnistbench.core.schema disagree: add the "
                 "field to schema.py (and bump SCHEMA_VERSION) or rerun the cell.")
         # params identify the cell and ok cells must be complete; the other blocks of a
         # cell that did not run may leave fields out (read as empty).
@@ -288,7 +288,7 @@ def _read_csv(path: Path, columns: Mapping[str, object], prefix: list[str]) -> l
                 raise AggregateError(
                     f"{path} has an unexpected header (missing: {', '.join(missing) or '-'}; "
                     f"unknown: {', '.join(extra) or '-'}; expected: {', '.join(columns)}). "
-                    f"The trainer and mnistbench.schema disagree, or the file is damaged: "
+                    f"The trainer and mnistbench.core.schema disagree, or the file is damaged: "
                     f"{_FIX}.")
             order = [header.index(c) for c in columns]
             rows = []

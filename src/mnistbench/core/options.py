@@ -10,8 +10,8 @@ import argparse
 import math
 from pathlib import Path
 
-from .cpuruntime import allocator_option
-from .devices import DEVICES, LOADERS, PRECISIONS
+from mnistbench.core.cpuruntime import allocator_option
+from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 
 #: Implementations of the model and optimizer (``--implementation``): the blog's code as
 #: written, and this project's equivalent formulation.
@@ -132,7 +132,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--cell", default=None, help="cell id recorded (default: --out's name)")
     p.add_argument("--repeat", type=non_negative_int, default=0, help="repeat index recorded")
     p.add_argument("--tip", default="", help="the tips experiment's lever this cell measures "
-                   "(recorded; mnistbench.study.TIPS)")
+                   "(recorded; mnistbench.core.study.TIPS)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 

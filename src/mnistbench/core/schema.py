@@ -110,7 +110,7 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "max_batch_stop": ("", "what ended that search: out of memory, the CPU memory budget or "
                        "the cap (options.CPU_MAX_BATCH_CAP samples on a CPU, "
                        "options.MAX_BATCH_CAP elsewhere, or the training samples)"),
-    "tip": ("", "the tips experiment's lever the cell measures (mnistbench.study.TIPS), empty "
+    "tip": ("", "the tips experiment's lever the cell measures (mnistbench.core.study.TIPS), empty "
             "in the other experiments"),
 }
 
@@ -128,7 +128,7 @@ ENV_FIELDS: dict[str, tuple[str, str]] = {
     "cpu_flags": ("", "CPU flags that decide torch's kernels, those present: avx2 avx512f "
                   "avx512_bf16 avx512_fp16 amx_tile amx_bf16 amx_int8 amx_fp16 sve sve2 bf16"),
     "cpu_bf16": ("", "bf16 on this CPU: native (oneDNN's AVX512-BF16/AMX kernels) or emulated "
-                 "(bf16-rounded operands on fp32 kernels, mnistbench.model)"),
+                 "(bf16-rounded operands on fp32 kernels, mnistbench.measure.model)"),
     "onednn": ("", "oneDNN version torch was built with (torch.__config__)"),
     "mkl": ("", "MKL version torch was built with (empty when none)"),
     "cpu_governor": ("", "cpufreq scaling governor(s), empty where not exposed (VMs)"),
@@ -153,7 +153,7 @@ ENV_FIELDS: dict[str, tuple[str, str]] = {
     "slurm_node": ("", "SLURM node name"),
     "launch": ("", "how the cell's process started: exec (a new process) or fork-server "
                "(forked from a process that had only imported torch; see forkserver.py)"),
-    # The CPU runtime as it really was (mnistbench.cpuruntime).
+    # The CPU runtime as it really was (mnistbench.core.cpuruntime).
     "allocator_loaded": ("", "memory allocator as loaded, read from the process's maps: "
                          "glibc, glibc-tuned, jemalloc or tcmalloc"),
     "allocator_library": ("", "the preloaded allocator library (empty for glibc)"),
@@ -261,7 +261,7 @@ RESOURCE_COLUMNS: dict[str, tuple[str, str]] = {
 #: Columns that identify a cell in the aggregated tables, in front of every row.
 ID_COLUMNS = ("env", "experiment", "cell")
 
-#: Columns the aggregate step derives from a cell's fields (mnistbench.aggregate), after the
+#: Columns the aggregate step derives from a cell's fields (mnistbench.results.aggregate), after the
 #: environment's in summary.csv.
 DERIVED_FIELDS: dict[str, tuple[str, str]] = {
     "hardware": ("", "the hardware a cell ran on, as the report labels it: the accelerator "

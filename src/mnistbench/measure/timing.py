@@ -14,31 +14,13 @@ add up to the span from the first mark to the last by construction.
   ``time.perf_counter``, at each mark (the synchronisations cost the device some overlap).
 
 :func:`phase_timer` picks by the cell's device; the summary records which
-(``timing.timing_method``, :data:`mnistbench.devices.TIMING_METHODS`).
+(``timing.timing_method``, :data:`mnistbench.core.devices.TIMING_METHODS`).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
-
-
-def process_start_unix(pid: int | str = "self") -> float:
-    """When process ``pid`` started, as Unix time in s, to the kernel's clock tick (10 ms).
-
-    From ``/proc/PID/stat`` (start in ticks since boot) and CLOCK_BOOTTIME, not from the boot
-    time in ``/proc/stat``, which is rounded to whole seconds (psutil's ``create_time`` can be
-    up to 1 s early for that reason). Falls back to now where /proc is missing.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        ticks = int(fields[19])  # field 22, starttime; fields[0] is field 3
-        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
-        return time.time() - age
-    except (OSError, ValueError, IndexError, AttributeError):
-        return time.time()
 
 
 class CpuPhaseTimer:
@@ -137,16 +119,16 @@ class SyncPhaseTimer(CpuPhaseTimer):
 
 
 def phase_timer(device: str):
-    """The right timer for the cell's ``device`` (one of :data:`mnistbench.devices.DEVICES`):
+    """The right timer for the cell's ``device`` (one of :data:`mnistbench.core.devices.DEVICES`):
     CUDA events on cuda, the backend's events where it has them, else synchronise + host
     clock; the host clock on cpu."""
     if device == "cuda":
         return CudaPhaseTimer()
     if device == "cpu":
         return CpuPhaseTimer()
-    from . import devices
+    from mnistbench.measure import backends
 
-    chosen = devices.backend(device)
+    chosen = backends.backend(device)
     event = chosen.event_class()
     if event is not None:
         return EventPhaseTimer(event, chosen.synchronize)
@@ -155,10 +137,10 @@ def phase_timer(device: str):
 
 def timing_method(device: str) -> str:
     """How :func:`phase_timer` times ``device`` (a key of
-    :data:`mnistbench.devices.TIMING_METHODS`)."""
-    from . import devices
+    :data:`mnistbench.core.devices.TIMING_METHODS`)."""
+    from mnistbench.measure import backends
 
-    return devices.backend(device).timing_method
+    return backends.backend(device).timing_method
 
 
 def synchronize(device: str) -> None:
@@ -168,6 +150,6 @@ def synchronize(device: str) -> None:
 
         torch.cuda.synchronize()
     elif device != "cpu":
-        from . import devices
+        from mnistbench.measure import backends
 
-        devices.backend(device).synchronize()
+        backends.backend(device).synchronize()

@@ -24,8 +24,8 @@ checks that
   one environment, and lists exactly the files the archive holds, each with the size and the
   SHA-256 its content has (a truncated or altered member fails here);
 - the schema version is one the aggregate reads (1 to
-  :data:`mnistbench.schema.SCHEMA_VERSION`; older versions merge with the fields added since
-  empty), and the cells aggregate (:func:`mnistbench.aggregate.aggregate`: every
+  :data:`mnistbench.core.schema.SCHEMA_VERSION`; older versions merge with the fields added since
+  empty), and the cells aggregate (:func:`mnistbench.results.aggregate.aggregate`: every
   ``summary.json`` readable, in its right folder, its CSVs well formed);
 - the environment is not in ``results/runs`` yet, unless ``replace`` is given.
 
@@ -59,7 +59,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import __version__, aggregate, atomic, schema, study
+from mnistbench import __version__
+from mnistbench.results import aggregate
+from mnistbench.core import atomic, schema, study
 
 #: The archive's first member: what it holds, with sizes and checksums.
 MANIFEST = "mnistbench-archive.json"

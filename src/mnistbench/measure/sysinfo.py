@@ -1,5 +1,5 @@
 """What every cell records about the machine that ran it: versions, CPU, GPU, OS, host, git
-revision, container and SLURM job (the keys of :data:`mnistbench.schema.ENV_FIELDS`).
+revision, container and SLURM job (the keys of :data:`mnistbench.core.schema.ENV_FIELDS`).
 
 :func:`capture` never raises: a value that cannot be found is ``""`` (text) or ``None``
 (numbers). Facts that cannot change while the process runs (git revision, CPU model, GPU
@@ -7,10 +7,10 @@ driver) are looked up once and cached; environment variables are read on every c
 
 Environment variables read:
 
-- ``MNISTBENCH_ENV``: the environment name (:func:`mnistbench.study.environment_name`).
+- ``MNISTBENCH_ENV``: the environment name (:func:`mnistbench.core.study.environment_name`).
 - ``MNISTBENCH_CONTAINER``: image name, set when the container image is built.
 - ``MNISTBENCH_CONTAINER_IMAGE_ID``: image ID (``sha256:...``), set by the workflow's docker
-  runner (:mod:`mnistbench.container`) for each cell it starts.
+  runner (:mod:`mnistbench.launch.container`) for each cell it starts.
 - ``MNISTBENCH_GIT_REVISION``: git revision baked into a container image, used when the
   package is not inside a git checkout.
 - ``SLURM_JOB_ID``, ``SLURM_JOB_PARTITION``, ``SLURMD_NODENAME``: set by SLURM.
@@ -23,61 +23,19 @@ import contextlib
 import functools
 import os
 import platform
-import re
 import socket
-import subprocess
-from pathlib import Path
 from typing import Any
 
-from . import __version__, cpuruntime, hardware
-from .envvars import CONTAINER_VAR, GIT_REVISION_VAR, IMAGE_ID_VAR, LAUNCH_VAR
-from .schema import ENV_FIELDS
-
-#: Seconds each git command may take before the revision is treated as unknown.
-GIT_TIMEOUT_S = 2.0
+from mnistbench import __version__
+from mnistbench.core import cpuruntime
+from mnistbench.core.envvars import CONTAINER_VAR, IMAGE_ID_VAR, LAUNCH_VAR
+from mnistbench.core.provenance import git_revision
+from mnistbench.core.schema import ENV_FIELDS
+from mnistbench.measure import hardware
 
 #: ENV_FIELDS holding numbers; unknown ones are None, unknown text fields are "".
 NUMERIC_FIELDS = frozenset({"cpu_cores_logical", "cpu_cores_physical", "torch_threads",
                             "memory_gb", "gpu_count", "gpu_memory_gb"})
-
-
-def _run_git(args: list[str], cwd: Path) -> str | None:
-    """stdout of ``git ARGS`` in ``cwd``, stripped, or None on any failure or timeout."""
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")  # never take the index lock
-    try:
-        proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=GIT_TIMEOUT_S, env=env, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() if proc.returncode == 0 else None
-
-
-@functools.lru_cache(maxsize=1)
-def git_revision_from_checkout() -> str | None:
-    """The full commit hash of the git checkout holding this package's source, with ``-dirty``
-    when ``git status --porcelain`` lists changes; None when the package is not in a git
-    checkout (e.g. installed into site-packages) or git is missing. Cached per process."""
-    here = Path(__file__).resolve().parent
-    out = _run_git(["rev-parse", "--show-toplevel", "HEAD"], here)
-    if not out or len(out.splitlines()) != 2:
-        return None
-    top, rev = out.splitlines()
-    try:
-        here.relative_to(Path(top).resolve())
-    except ValueError:  # not our checkout
-        return None
-    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", rev):
-        return None
-    status = _run_git(["status", "--porcelain"], Path(top))
-    if status is None:
-        return rev
-    return f"{rev}-dirty" if status else rev
-
-
-def git_revision() -> str:
-    """The project's git revision: from the checkout, else ``$MNISTBENCH_GIT_REVISION``,
-    else ``""``."""
-    return git_revision_from_checkout() or os.environ.get(GIT_REVISION_VAR, "").strip()
 
 
 @functools.lru_cache(maxsize=1)
@@ -168,7 +126,7 @@ def _safe(func, default):
 
 def capture() -> dict[str, Any]:
     """The environment of this process, with exactly the keys of
-    :data:`mnistbench.schema.ENV_FIELDS`; never raises."""
+    :data:`mnistbench.core.schema.ENV_FIELDS`; never raises."""
     env = os.environ
     info: dict[str, Any] = {
         "hostname": _safe(socket.gethostname, ""),

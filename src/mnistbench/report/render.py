@@ -5,10 +5,11 @@ One autoescaped Jinja2 environment, one template (``templates/report.html.j2``, 
 includes ``templates/report.css`` into its ``<style>``), one render call with a flat,
 explicit context of preformatted strings: every value that comes from the results (host
 names, error messages, env names) is escaped by Jinja, nothing is marked safe. Every number
-is computed here from the aggregated tables (and :mod:`mnistbench.blog`'s reference figures);
+is computed here from the aggregated tables (and :mod:`mnistbench.report.blog`'s reference figures);
 the template holds prose only.
 
-Columns read beyond :mod:`mnistbench.schema` when present: ``tip`` (the tips experiment's lever,
+Columns read beyond :mod:`mnistbench.core.schema` when present:
+``tip`` (the tips experiment's lever,
 text), ``busy`` (true when other processes used more than 25 % of the machine while the cell
 ran) and ``system_load_mean`` (machine-wide CPU busy %, 100 = all cores). Summaries without
 them (older ones) render as before, with no cell flagged.
@@ -24,7 +25,10 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import __version__, aggregate, atomic, blog, cost, schema, stats, study
+from mnistbench import __version__
+from mnistbench.core import atomic, schema, study
+from mnistbench.report import blog
+from mnistbench.results import aggregate, cost, stats
 
 
 class ReportError(Exception):
@@ -1529,7 +1533,7 @@ def _batch_recommendation(summary, result, model):
 def _chart_views(figures: dict[str, bytes | None]) -> dict[str, dict]:
     """Per chart: its title, PNG data URI (None without data) with its CSS size (half its
     pixels: sharp on HiDPI screens), the no-data sentence, alt text."""
-    from . import plots
+    from mnistbench.report import plots
 
     views = {}
     for chart in plots.CHARTS:
@@ -1641,14 +1645,14 @@ def render_html(context: dict) -> str:
     """Render the report template with ``context`` (one environment, one render call)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
-    env = Environment(loader=PackageLoader("mnistbench", "templates"), autoescape=True,
+    env = Environment(loader=PackageLoader("mnistbench.report", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     return env.get_template("report.html.j2").render(**context)
 
 
 def draw_charts(tables: aggregate.Tables) -> dict[str, bytes | None]:
-    """PNG bytes of every chart of :data:`mnistbench.plots.CHARTS` (None: no data)."""
-    from . import plots
+    """PNG bytes of every chart of :data:`mnistbench.report.plots.CHARTS` (None: no data)."""
+    from mnistbench.report import plots
 
     return {chart.key: chart.render(tables) for chart in plots.CHARTS}
 
@@ -1679,7 +1683,7 @@ def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel |
                  command: str | None = None) -> Path:
     """Render already loaded ``tables`` into ``out`` (and ``figures_dir``): the second half of
     :func:`render_report`, also used on tables built in memory."""
-    from . import plots
+    from mnistbench.report import plots
 
     out = Path(out)
     model = model or cost.load_model(None)

@@ -1,0 +1,11 @@
+"""The contract every layer shares, in the standard library only: the result files and their
+columns (``schema``), the study as data (``study``: cells, ids, environment names), the
+device, precision and loader names with their supported combinations and the torch-free
+discovery of a machine's devices (``devices``), the ``train`` arguments (``options``), the CPU
+runtime settings (``cpuruntime``), the environment variables (``envvars``), the atomic writers
+(``atomic``) and where a result came from (``provenance``).
+
+Import rule: modules here import the standard library and each other, nothing else of the
+package and no third-party module (no numpy, no torch), so the workflow can plan a study and
+every reader can name a cell without them. tests/test_layers.py holds the rule.
+"""

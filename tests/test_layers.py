@@ -1,0 +1,196 @@
+"""The package's layers (src/mnistbench/*/__init__.py, docs/architecture.md), held over the
+source with ``ast``: which subpackage may import which, which third-party modules each may
+import at all, no import cycle anywhere under src/, and the torch-free layers importing
+without torch in a fresh interpreter."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PKG = SRC / "mnistbench"
+
+#: layer -> the layers it may import ("" is the package root, which holds only __version__).
+ALLOWED = {
+    "core": {"", "core"},
+    "data": {"", "core", "data"},
+    "measure": {"", "core", "data", "measure"},
+    "launch": {"", "core", "launch"},
+    "results": {"", "core", "results"},
+    "report": {"", "core", "results", "report"},
+}
+#: The top modules: they may import every layer.
+TOP = {"publish", "cli", "console", "__init__"}
+#: Imports allowed outside a layer's rule, each with its reason.
+EXCEPTIONS = {
+    # The forked child of the fork server enters the timed process (and nothing else).
+    ("launch.forkserver", "measure.entry"),
+}
+#: Third-party modules a layer may import (the standard library is always allowed).
+THIRD_PARTY = {
+    "core": set(),
+    "data": {"numpy"},
+    "measure": {"numpy", "torch", "torchvision", "psutil", "pynvml", "amdsmi", "PIL"},
+    "launch": set(),
+    "results": {"numpy", "pandas", "yaml", "jsonschema"},
+    "report": {"numpy", "pandas", "matplotlib", "seaborn", "jinja2"},
+}
+#: Modules whose every import must be stdlib, whatever their layer allows (the workflow
+#: imports them when it plans a study).
+STDLIB_ONLY = {"data.files"}
+
+
+def modules() -> dict[str, Path]:
+    """Dotted name below mnistbench (``core.schema``, ``cli``) -> file."""
+    found = {}
+    for path in sorted(PKG.rglob("*.py")):
+        rel = path.relative_to(PKG).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" and len(rel.parts) > 1 else rel.parts
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(path: Path, name: str) -> list[tuple[str, int]]:
+    """Every module ``path`` imports (function-level imports included), with its line: names
+    below mnistbench as ``mnistbench.X.Y``, others by their top-level name."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ["mnistbench", *package.split(".")] if package else ["mnistbench"]
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module == "mnistbench" or module.startswith("mnistbench."):
+                mods = modules()
+                for alias in node.names:  # `from mnistbench.core import schema` names a module
+                    sub = f"{module}.{alias.name}".removeprefix("mnistbench.")
+                    out.append((f"mnistbench.{sub}" if sub in mods else module, node.lineno))
+            else:
+                out.append((module, node.lineno))
+    return out
+
+
+def layer_of(name: str) -> str:
+    return name.split(".")[0] if "." in name or name in ALLOWED else ""
+
+
+def internal(target: str) -> str:
+    """``mnistbench.core.schema`` -> ``core.schema``; the root -> ``""``."""
+    return target.removeprefix("mnistbench").lstrip(".")
+
+
+def test_every_layer_has_its_rule_in_its_docstring():
+    for layer in ALLOWED:
+        doc = ast.get_docstring(ast.parse((PKG / layer / "__init__.py").read_text())) or ""
+        assert "Import rule:" in doc, f"{layer}/__init__.py states no import rule"
+    assert set(ALLOWED) == {p.name for p in PKG.iterdir()
+                            if p.is_dir() and (p / "__init__.py").is_file()}
+
+
+def test_layers_import_only_what_their_rule_allows():
+    stdlib = sys.stdlib_module_names
+    bad = []
+    for name, path in modules().items():
+        layer = layer_of(name)
+        for target, line in imports(path, name):
+            where = f"{path.relative_to(SRC)}:{line}"
+            top = target.split(".")[0]
+            if top == "mnistbench":
+                inner = internal(target)
+                if layer in ("", *TOP) or name in TOP:
+                    continue
+                if (name, inner) in EXCEPTIONS:
+                    continue
+                if layer_of(inner) not in ALLOWED[layer] and inner != "":
+                    bad.append(f"{where}: {name} ({layer}) imports {inner}")
+            elif top in stdlib or top == "__future__":
+                continue
+            elif name in STDLIB_ONLY or (layer and top not in THIRD_PARTY[layer]):
+                bad.append(f"{where}: {name} ({layer}) imports the third-party {top}")
+    assert not bad, "\n".join(bad)
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as a list of modules, or None."""
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt]
+            if nxt not in state and (cycle := visit(nxt, [*path, nxt])):
+                return cycle
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (cycle := visit(start, [start])):
+            return cycle
+    return None
+
+
+def test_find_cycle_finds_a_planted_cycle():
+    """The cycle finder reports a cycle it is given (so the next test can fail)."""
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_under_src():
+    """No module under src/mnistbench imports, directly or through others, itself (imports
+    inside functions count)."""
+    mods = modules()
+    graph = {name: {internal(t) for t, _ in imports(path, name)
+                    if internal(t) in mods and internal(t) != name}
+             for name, path in mods.items()}
+    assert find_cycle(graph) is None
+
+
+def test_the_rule_checker_catches_a_planted_violation(tmp_path, monkeypatch):
+    """A measure module importing the report, and a core module importing numpy, are both
+    reported (so the rule test can fail)."""
+    fake = tmp_path / "mnistbench"
+    for layer in ALLOWED:
+        (fake / layer).mkdir(parents=True)
+        (fake / layer / "__init__.py").write_text('"""Import rule: none."""\n')
+    (fake / "measure" / "bad.py").write_text("from mnistbench.report import render\n")
+    (fake / "core" / "heavy.py").write_text("import numpy\n")
+    (fake / "report" / "render.py").write_text("")
+    monkeypatch.setattr(sys.modules[__name__], "PKG", fake)
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    with pytest.raises(AssertionError) as caught:
+        test_layers_import_only_what_their_rule_allows()
+    assert "measure.bad (measure) imports report.render" in str(caught.value)
+    assert "core.heavy (core) imports the third-party numpy" in str(caught.value)
+
+
+@pytest.mark.parametrize("layer", ["core", "data", "launch", "results", "report"])
+def test_torch_free_layers_import_without_torch(layer):
+    """Every module of the layer imports in a fresh interpreter where torch cannot be
+    imported (and, for core and data.files, numpy neither)."""
+    blocked = ["torch"] + (["numpy", "pandas", "yaml"] if layer == "core" else [])
+    names = [f"mnistbench.{n}" for n in modules() if layer_of(n) == layer]
+    if layer == "data":
+        names = ["mnistbench.data.files"]
+        blocked += ["numpy"]
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "import importlib\n"
+        f"for name in {names!r}: importlib.import_module(name)\n"
+        f"loaded = [m for m in sys.modules if m.split('.')[0] in {blocked!r}]\n"
+        "assert not [m for m in loaded if sys.modules[m]], loaded\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
