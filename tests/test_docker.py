@@ -379,7 +379,6 @@ def test_environment_name(image, image_env, monkeypatch):
 
 
 @pytest.mark.docker
-@pytest.mark.slow
 def test_arguments_pass_through_to_snakemake(image, tmp_path):
     """Arguments after the image go to ``snakemake --cores all``: --version prints the pinned
     Snakemake, and a dry run of config/quick.yaml plans this environment's cells."""
@@ -411,7 +410,6 @@ def _tiny_study_config() -> dict:
 
 
 @pytest.mark.docker
-@pytest.mark.slow
 def test_study_in_container(image, ro_data, tmp_path, monkeypatch):
     """The default command runs the whole study on a read-only data folder: its cells land in
     results/runs/{env}, the aggregate tables and report follow, and every file belongs to the
@@ -456,7 +454,6 @@ def _csv_rows(path: Path) -> int:
 
 
 @pytest.mark.docker
-@pytest.mark.slow
 def test_cell_in_container_matches_local_run(image, ro_data, tmp_path):
     """``mnistbench train`` in the container on the read-only data folder writes the same
     files, columns, status and parameters as the same cell run locally."""
