@@ -1,7 +1,7 @@
 """Per-cell overhead: the wall time of a `mnistbench train` process outside its timed epochs
 and warm-up (process start, imports, environment capture, data load, model build, writing),
 for a cell started as a new process and for one started by the fork server (the workflow's
-default, src/mnistbench/forkserver.py), beside a bare `import torch`, all in the same run.
+default, src/mnistbench/launch/forkserver.py), beside a bare `import torch`, all in the same run.
 
 Target (issue: workflow): at most 3 s per cell on the 2-core development machine.
 

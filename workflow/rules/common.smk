@@ -181,7 +181,7 @@ START_HOOKS = []  # called, in order, when the jobs are about to start
 STOP_HOOKS = []  # called, in reverse order, when the execution ends (success or error)
 
 
-# Fork server (config fork_server; src/mnistbench/forkserver.py): the timed cells of a local
+# Fork server (config fork_server; mnistbench.launch.forkserver): the timed cells of a local
 # execution start by forking a process that has already imported torch, ~0.1 s instead of
 # 3-5 s per cell on a 2-core machine. Each cell is still its own process (env.launch records
 # fork-server). Not for cluster jobs, containers or conda environments: they start their own
