@@ -405,6 +405,7 @@ def _env_capture(machine: Machine, hostname: str, has_gpu: bool) -> dict:
         "gpu_memory_gb": machine.gpu_memory_gb if has_gpu else None,
         "gpu_driver": "570.124.06" if has_gpu else "",
         "git_revision": "42bbbe9", "mnistbench": __version__, "container": "",
+        "code_digest": "c0de0000d16e5700", "workflow_digest": "",
         "container_image_id": "", "slurm_job_id": "", "slurm_partition": "",
         "slurm_node": "", "launch": "fork-server",
     }

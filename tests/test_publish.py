@@ -19,7 +19,7 @@ import yaml
 from fakes import make_study
 
 from mnistbench import __version__, cli, publish
-from mnistbench.core import schema
+from mnistbench.core import provenance, schema
 from mnistbench.report import render as report
 from mnistbench.results import aggregate, archive, cost
 
@@ -50,6 +50,20 @@ def set_env_field(runs: Path, key: str, value, where=lambda path: True) -> None:
             path.write_text(json.dumps(data))
 
 
+#: The fake checkout's trainer (measuring code) and bench rule.
+TRAINER = Path("src/mnistbench/measure/train.py")
+TRAINER_CODE = '"""The trainer."""\n\n\ndef epoch(steps):\n    return steps * 2\n'
+BENCH_RULE = "rule bench:\n    shell:\n        \"mnistbench train --threads 2\"\n"
+
+
+def set_measured_here(runs: Path, root: Path) -> None:
+    """Give every cell under ``runs`` the code and workflow digests of the checkout ``root``
+    (as if it had measured them)."""
+    code, workflow = publish.current_digests(root)
+    set_env_field(runs, "code_digest", code)
+    set_env_field(runs, "workflow_digest", workflow)
+
+
 def reaggregate(root: Path) -> None:
     aggregate.aggregate(root / "results" / "runs", root / "results")
 
@@ -60,9 +74,12 @@ def project(tmp_path, monkeypatch) -> Path:
     with the current results of a small fake study measured at its HEAD; the current
     folder."""
     root = tmp_path / "project"
-    (root / "src" / "mnistbench").mkdir(parents=True)
-    (root / "src" / "mnistbench" / "train.py").write_text("# the trainer\n")
-    (root / "src" / "mnistbench" / "report.py").write_text("# the report\n")
+    for sub in ("measure", "report"):
+        (root / "src" / "mnistbench" / sub).mkdir(parents=True)
+    (root / TRAINER).write_text(TRAINER_CODE)
+    (root / "src" / "mnistbench" / "report" / "render.py").write_text("# the report\n")
+    (root / "workflow" / "rules").mkdir(parents=True)
+    (root / provenance.BENCH_RULES).write_text(BENCH_RULE)
     (root / "envs" / "pip").mkdir(parents=True)
     (root / "envs" / "pip" / "base.txt").write_text("numpy==1\n")
     (root / "envs" / "pip" / "torch.txt").write_text("torch==1\n")
@@ -76,6 +93,7 @@ def project(tmp_path, monkeypatch) -> Path:
     runs = root / "results" / "runs"
     make_study(runs, envs=(ENV,), **FAKE)
     set_env_field(runs, "git_revision", git(root, "rev-parse", "HEAD"))
+    set_measured_here(runs, root)
     reaggregate(root)
     (root / "results" / "cost_model.json").write_text(json.dumps(cost.DEFAULT_MODEL))
     monkeypatch.chdir(root)
@@ -224,6 +242,7 @@ def test_publish_refuses_failed_cells(tmp_path, project):
         "cpu-fp32-resident-b64-r0": ("failed", "boom"),
         "cpu-fp32-resident-b128-r0": ("oom", "out of memory")}, **FAKE)
     set_env_field(runs, "git_revision", git(project, "rev-parse", "HEAD"))
+    set_measured_here(runs, project)
     reaggregate(project)
     with pytest.raises(publish.PublishError) as info:
         run_publish()
@@ -232,26 +251,38 @@ def test_publish_refuses_failed_cells(tmp_path, project):
 
 
 def test_stale_cells_are_those_measured_by_other_code(project):
-    """Stale: the measured code changed since the cell's revision (here, uncommitted), an
-    unknown or modified (-dirty) revision, another mnistbench version, an older schema
-    version; a change to a module that only reads results is not."""
+    """Stale: the measuring code or the bench rule changed since the cell was measured (by
+    digest), no digest recorded, another mnistbench version, an older schema version. An
+    untracked file, a README, report or comment-only edit, a layout change of the bench rule
+    and an uncommitted (-dirty) checkout leave the cells current."""
     runs = project / "results" / "runs"
     cells, _ = publish.read_cells(runs)
     assert publish.stale_reasons(cells, project)[0] == []
-    (project / "src" / "mnistbench" / "report.py").write_text("# a new report\n")
-    assert publish.stale_reasons(cells, project)[0] == []
-    (project / "src" / "mnistbench" / "train.py").write_text("# a faster trainer\n")
+    (project / "scratch-note.txt").write_text("untracked\n")
+    (project / "README.md").write_text("# edited\n")
+    (project / "src" / "mnistbench" / "report" / "render.py").write_text("# a new report\n")
+    (project / TRAINER).write_text("# a comment\n" + TRAINER_CODE.replace(
+        '"""The trainer."""', '"""The trainer, documented."""') + "# another comment\n")
+    (project / provenance.BENCH_RULES).write_text("# a comment\n" + BENCH_RULE.replace(
+        "    shell:", "      shell:"))
+    dirty = [publish.CellInfo(c.key, c.status, c.schema_version, c.device,
+                              {**c.env, "git_revision": "0" * 40 + "-dirty"}) for c in cells]
+    assert publish.stale_reasons(dirty, project)[0] == []
+    (project / TRAINER).write_text(TRAINER_CODE.replace("steps * 2", "steps * 3"))
     stale, how = publish.stale_reasons(cells, project)
-    assert len(stale) == 2 and "the code changed since" in stale[0].why
-    assert "src/mnistbench/train.py" in stale[0].why and "report.py" not in stale[0].why
-    assert ":(exclude)src/mnistbench/report.py" in how
-    git(project, "checkout", "--", "src")
-    for revision, why in (("0" * 40, "is not in this repository"),
-                          (f"{cells[0].env['git_revision']}-dirty", "uncommitted changes"),
-                          ("", "no git revision recorded")):
-        changed = [publish.CellInfo(c.key, c.status, c.schema_version, c.device,
-                                    {**c.env, "git_revision": revision}) for c in cells]
-        assert why in publish.stale_reasons(changed, project)[0][0].why
+    assert len(stale) == 2 and "measured by other code (code digest" in stale[0].why
+    assert "env.code_digest" in how
+    (project / TRAINER).write_text(TRAINER_CODE)
+    (project / provenance.BENCH_RULES).write_text(BENCH_RULE.replace("2", "4"))
+    stale, _ = publish.stale_reasons(cells, project)
+    assert len(stale) == 2 and "started by another bench rule" in stale[0].why
+    (project / provenance.BENCH_RULES).write_text(BENCH_RULE)
+    by_hand = [publish.CellInfo(c.key, c.status, c.schema_version, c.device,
+                                {**c.env, "workflow_digest": ""}) for c in cells]
+    assert publish.stale_reasons(by_hand, project)[0] == []  # e.g. scripts/gpu-check's cells
+    unknown = [publish.CellInfo(c.key, c.status, c.schema_version, c.device,
+                                {**c.env, "code_digest": ""}) for c in cells]
+    assert "no code digest recorded" in publish.stale_reasons(unknown, project)[0][0].why
     older = [publish.CellInfo(c.key, c.status, schema.SCHEMA_VERSION - 1, c.device,
                               {**c.env, "mnistbench": "0.0.1"}) for c in cells]
     why = publish.stale_reasons(older, project)[0][0].why
@@ -261,11 +292,11 @@ def test_stale_cells_are_those_measured_by_other_code(project):
 def test_publish_refuses_stale_cells_unless_allowed(project):
     """A code change after the measurements refuses the publication naming the changed file;
     --allow-stale with a reason publishes and records the stale cells."""
-    (project / "src" / "mnistbench" / "train.py").write_text("# a faster trainer\n")
+    (project / TRAINER).write_text(TRAINER_CODE.replace("steps * 2", "steps"))
     git(project, "commit", "-qam", "faster")
     with pytest.raises(publish.PublishError) as info:
         run_publish()
-    assert "2 stale" in str(info.value) and "src/mnistbench/train.py" in str(info.value)
+    assert "2 stale" in str(info.value) and "measured by other code" in str(info.value)
     result = run_publish(allow_stale=True, reason="the change does not touch timing")
     assert len(result.manifest["checks"]["stale"]) == 2
     assert publish.verify(Path("report")) == []
@@ -305,6 +336,7 @@ def test_round_trip_measure_on_a_pack_unpack_on_b_publish_shows_both(tmp_path, p
     runs_a = tmp_path / "machine-a" / "runs"
     make_study(runs_a, envs=("beta",), machines={"beta": fakes.MACHINES[1]}, **FAKE)
     set_env_field(runs_a, "git_revision", git(project, "rev-parse", "HEAD"))
+    set_measured_here(runs_a, project)
     packed = archive.pack(runs_a, "beta", tmp_path / "beta.tar.gz")
     archive.unpack(packed, project / "results" / "runs")
     reaggregate(project)
@@ -327,6 +359,7 @@ def test_an_environment_with_a_study_of_its_own_is_checked_against_its_config(pr
     runs = project / "results" / "runs"
     make_study(runs, envs=("beta",), machines={"beta": fakes.MACHINES[1]}, **FAKE)
     set_env_field(runs, "git_revision", git(project, "rev-parse", "HEAD"))
+    set_measured_here(runs, project)
     shutil.rmtree(runs / "beta" / "sweep")
     reaggregate(project)
     own = Path("config") / "container.yaml"

@@ -18,7 +18,7 @@ import torch
 from conftest import TINY_TRAIN
 
 from mnistbench import cli
-from mnistbench.core import atomic, options, schema
+from mnistbench.core import atomic, envvars, options, provenance, schema
 from mnistbench.core.devices import SUPPORTED
 from mnistbench.measure import train
 
@@ -609,3 +609,16 @@ def test_busy_machine_is_recorded(tmp_path, tiny_mnist) -> None:
     res = summary["results"]
     assert 0 <= res["system_load_mean"] <= 100.5
     assert res["others_load_mean"] is not None and isinstance(res["busy"], bool)
+
+
+def test_a_cell_records_the_digest_of_the_code_that_measured_it(tmp_path, tiny_mnist,
+                                                                 monkeypatch) -> None:
+    """env.code_digest is the running package's measuring code and runtime; env.
+    workflow_digest is what the workflow passed (empty for a cell started by hand)."""
+    code, summary, _ = run(tmp_path, tiny_mnist, name="by-hand")
+    assert code == 0 and summary["env"]["workflow_digest"] == ""
+    assert summary["env"]["code_digest"] == provenance.code_digest()
+    assert len(summary["env"]["code_digest"]) == provenance.DIGEST_HEX
+    monkeypatch.setenv(envvars.WORKFLOW_DIGEST_VAR, "0123456789abcdef")
+    code, summary, _ = run(tmp_path, tiny_mnist, name="workflow")
+    assert code == 0 and summary["env"]["workflow_digest"] == "0123456789abcdef"

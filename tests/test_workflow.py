@@ -24,7 +24,7 @@ import yaml
 from fakes import make_study
 from snakemake.utils import validate
 
-from mnistbench.core import schema
+from mnistbench.core import provenance, schema
 from mnistbench.data import files
 from mnistbench.data import mnist as data
 from mnistbench.results import aggregate, cost
@@ -363,6 +363,10 @@ def test_study_runs_every_cell_to_the_aggregated_tables(study):
         assert summary["params"]["env"] == ENV
         assert summary["params"]["experiment"] == name.split("/")[0]
         assert summary["env"]["launch"] == "fork-server", name  # config fork_server: true
+        # Provenance: the digests of the code and of the bench rule that measured it.
+        assert summary["env"]["code_digest"] == provenance.running_code_digest(), name
+        assert summary["env"]["workflow_digest"] == provenance.workflow_digest(
+            (REPO / provenance.BENCH_RULES).read_text()), name
     assert cells["convergence/cpu-fp32-resident-b128-r0"]["params"]["epochs"] == 2
     assert cells["sweep/cpu-fp32-resident-b32-r0"]["params"]["max_steps"] == 2
     tables = aggregate.load_tables(workdir / "results")

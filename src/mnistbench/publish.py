@@ -20,9 +20,10 @@ asks for:
 - **failed**: a cell with status ``failed`` (an error; ``oom`` and ``unavailable`` are
   results the report shows);
 - **stale**: a cell measured by other code than this checkout's (:func:`stale_reasons`): of
-  an older schema version, of another mnistbench version, or of a git revision whose code
-  (:data:`CODE_PATHS` less :data:`RESULT_READERS`, compared with this working tree) differs,
-  is unknown here, or was modified (``-dirty``).
+  an older schema version, of another mnistbench version, without a code digest, or whose
+  code digest (the measuring code and runtime, :func:`mnistbench.core.provenance.code_digest`)
+  or workflow digest (the bench rule) differs from this checkout's. The git revision is
+  recorded, not compared: an untracked file or a README edit leaves a cell current.
 
 Each refusal can be waived (``allow_missing``, ``allow_failed``, ``allow_stale``) with a
 ``reason``; the manifest records the cells waived and the reason. The tables must also be
@@ -53,7 +54,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mnistbench import __version__
-from mnistbench.core import atomic, schema, study
+from mnistbench.core import atomic, provenance, schema, study
 from mnistbench.results import aggregate, archive
 
 #: ``format`` of the manifest, and its version.
@@ -69,14 +70,6 @@ TABLES = (aggregate.SUMMARY_CSV, aggregate.EPOCHS_CSV, aggregate.RESOURCES_CSV,
           aggregate.COLUMNS_CSV)
 DEFAULT_CONFIG = Path("config/config.yaml")
 CONFIG_SCHEMA = Path("workflow/schemas/config.schema.yaml")
-
-#: What a cell's numbers depend on (paths of the checkout): the package and its pinned
-#: runtime. A cell whose revision differs here from the working tree is stale.
-CODE_PATHS = ("src/mnistbench", "envs/pip/base.txt", "envs/pip/torch.txt")
-#: Modules of the package that only read finished cells (tables, report, publication): a
-#: change to them leaves the measurements valid (the tables are aggregated again).
-RESULT_READERS = ("aggregate.py", "archive.py", "blog.py", "cost.py", "cost_model.schema.yaml",
-                  "plots.py", "publish.py", "report.py", "stats.py", "templates")
 
 #: An ISO 8601 date-time with seconds and a time zone: the form of the report's generation
 #: stamp, which :func:`strip_stamp` masks.
@@ -265,41 +258,28 @@ def checkout(root: Path) -> tuple[Path, str] | None:
     return Path(top), f"{rev}-dirty" if dirty else rev
 
 
-def code_pathspec() -> list[str]:
-    """The git pathspec of the code a cell's numbers depend on."""
-    return [*CODE_PATHS, *(f":(exclude)src/mnistbench/{name}" for name in RESULT_READERS)]
-
-
-def code_change(revision: str, top: Path) -> str | None:
-    """Why the code of ``revision`` is not this working tree's (None: the same code)."""
-    if not revision:
-        return "no git revision recorded: the code that measured it is not known"
-    if revision.endswith("-dirty"):
-        return (f"measured from a checkout with uncommitted changes ({revision[:12]}-dirty): "
-                "the code that ran is not known")
-    known = _git(["cat-file", "-e", f"{revision}^{{commit}}"], top)
-    if known is None or known.returncode != 0:
-        return (f"revision {revision[:12]} is not in this repository (fetch it, or measure "
-                "again)")
-    diff = _git(["diff", "--name-only", revision, "--", *code_pathspec()], top)
-    if diff is None or diff.returncode != 0:
-        return f"git cannot compare revision {revision[:12]} with this working tree"
-    files = diff.stdout.split()
-    if not files:
-        return None
-    more = f" and {len(files) - 3} more" if len(files) > 3 else ""
-    return f"the code changed since {revision[:12]}: {', '.join(files[:3])}{more}"
+def current_digests(root: Path) -> tuple[str, str]:
+    """The code digest and the workflow digest cells measured now would record: of the
+    checkout's ``src/mnistbench`` when ``root`` holds one, else of the running package, with
+    the installed runtime; and of ``root``'s bench rule (``""`` without one)."""
+    source = root / "src" / "mnistbench"
+    code = provenance.code_digest(source if source.is_dir() else None)
+    rules = root / provenance.BENCH_RULES
+    try:
+        workflow = provenance.workflow_digest(rules.read_text(encoding="utf-8"))
+    except OSError:
+        workflow = ""
+    return code, workflow
 
 
 def stale_reasons(cells: Sequence[CellInfo], root: Path) -> tuple[list[Problem], str]:
     """The stale cells, and how the code was compared (for the manifest)."""
-    found = checkout(root)
-    how = (f"cells' env.git_revision against the working tree of {found[1][:12]}, paths "
-           f"{' '.join(code_pathspec())}; schema_version against {schema.SCHEMA_VERSION}; "
-           f"env.mnistbench against {__version__}") if found else (
-        f"{root} is not a git checkout: only schema_version (against {schema.SCHEMA_VERSION}) "
-        f"and env.mnistbench (against {__version__}) were compared")
-    changes: dict[str, str | None] = {}
+    code, workflow = current_digests(root)
+    how = (f"cells' env.code_digest against {code} (the measuring code "
+           f"{', '.join(provenance.MEASURING)} and the installed "
+           f"{', '.join(provenance.RUNTIME)}), env.workflow_digest where recorded against "
+           f"{workflow or '(no bench rule here)'} ({provenance.BENCH_RULES}); schema_version "
+           f"against {schema.SCHEMA_VERSION}; env.mnistbench against {__version__}")
     problems = []
     for cell in cells:
         why = []
@@ -309,12 +289,16 @@ def stale_reasons(cells: Sequence[CellInfo], root: Path) -> tuple[list[Problem],
         version = str(cell.env.get("mnistbench") or "")
         if version != __version__:
             why.append(f"mnistbench {version or '(unknown)'}, not {__version__}")
-        if found:
-            revision = str(cell.env.get("git_revision") or "")
-            if revision not in changes:
-                changes[revision] = code_change(revision, found[0])
-            if changes[revision]:
-                why.append(changes[revision])
+        measured = str(cell.env.get("code_digest") or "")
+        if not measured:
+            why.append("no code digest recorded: the code that measured it is not known")
+        elif measured != code:
+            why.append(f"measured by other code (code digest {measured}, now {code}: the "
+                       "measuring code or its installed runtime changed)")
+        rule = str(cell.env.get("workflow_digest") or "")
+        if rule and workflow and rule != workflow:
+            why.append(f"started by another bench rule (workflow digest {rule}, now "
+                       f"{workflow}: {provenance.BENCH_RULES} changed)")
         if why:
             problems.append(Problem("stale", cell.name, "; ".join(why)))
     return problems, how

@@ -44,12 +44,14 @@ rule bench:
         workers=config["workers"],
         pin_memory=pin_memory_flag(),
         unset=" ".join(THREAD_VARIABLES),
+        workflow_digest=WORKFLOW_DIGEST,
     shell:
         """
         status=0
         mnistbench lock-file {params.lock:q} >{log} 2>&1
         (
             unset {params.unset}
+            export MNISTBENCH_WORKFLOW_DIGEST={params.workflow_digest}
             if ! flock --nonblock 9; then
                 echo "waiting for the machine's lock of timed cells, {params.lock}: another study is timing a cell" >&2
                 flock 9 || exit 1

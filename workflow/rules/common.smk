@@ -17,7 +17,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from mnistbench.core import cpuruntime, devices, schema, study
+from mnistbench.core import cpuruntime, devices, provenance, schema, study
 from mnistbench.core.atomic import write_json, write_text
 from mnistbench.core.devices import DEVICES
 from mnistbench.data import files
@@ -104,6 +104,11 @@ def timing_lock_file():
 
 
 TIMING_LOCK = timing_lock_file()
+# The digest of the bench rule's lines, which shape every timed cell: each cell records it
+# (env.workflow_digest) and `mnistbench publish` compares it with the checkout's.
+WORKFLOW_DIGEST = provenance.workflow_digest(
+    Path(workflow.basedir, provenance.BENCH_RULES).read_text(encoding="utf-8")
+)
 
 
 def software_prefix():

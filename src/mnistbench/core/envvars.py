@@ -25,3 +25,6 @@ FORKSERVER_SOCKET_VAR = "MNISTBENCH_FORKSERVER"
 LAUNCH_VAR = "MNISTBENCH_LAUNCH"
 #: When the cell's client process started (Unix s), so start-up counts from the client.
 PROCESS_START_VAR = "MNISTBENCH_PROCESS_START"
+#: The digest of the workflow lines that shape a timed cell (the bench rule), set by the
+#: workflow for each cell and recorded as env.workflow_digest (mnistbench.core.provenance).
+WORKFLOW_DIGEST_VAR = "MNISTBENCH_WORKFLOW_DIGEST"

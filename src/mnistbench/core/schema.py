@@ -24,7 +24,7 @@ from __future__ import annotations
 #: Version of summary.json. A later version only adds fields: every field added after
 #: version 1 is listed in :data:`ADDED_IN`, and a summary of an older version is read with those
 #: fields empty, so results of machines running an older mnistbench still merge.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Field -> the schema version that added it (fields not listed are in version 1).
 ADDED_IN: dict[str, int] = {
@@ -55,6 +55,9 @@ ADDED_IN: dict[str, int] = {
     "interop_threads": 3,
     "omp_settings": 3,
     "cpu_affinity": 3,
+    # Provenance by digest (mnistbench.core.provenance).
+    "code_digest": 4,
+    "workflow_digest": 4,
 }
 
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
@@ -144,6 +147,11 @@ ENV_FIELDS: dict[str, tuple[str, str]] = {
     "gpu_memory_gb": ("GiB", "total memory of GPU 0"),
     "gpu_driver": ("", "NVIDIA driver version"),
     "git_revision": ("", "git revision of the project (with -dirty when modified)"),
+    "code_digest": ("", "digest of the measuring code that ran (core, data, measure, without "
+                    "comments and docstrings) and of the installed torch, torchvision, numpy, "
+                    "pillow, psutil and nvidia-ml-py (mnistbench.core.provenance)"),
+    "workflow_digest": ("", "digest of the workflow's bench rule that started the cell "
+                        "(empty: started by hand)"),
     "mnistbench": ("", "mnistbench version"),
     "container": ("", "container image name when run in one"),
     "container_image_id": ("", "ID (sha256:...) of the container image, when the workflow's "

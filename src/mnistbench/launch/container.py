@@ -41,7 +41,7 @@ from mnistbench import __version__
 from mnistbench.core import options, provenance, schema, study
 from mnistbench.core.atomic import write_json
 from mnistbench.core.devices import cuda_hidden
-from mnistbench.core.envvars import GPU_NOTE_VAR, IMAGE_ID_VAR
+from mnistbench.core.envvars import GPU_NOTE_VAR, IMAGE_ID_VAR, WORKFLOW_DIGEST_VAR
 
 #: Seconds ``docker version`` may take before the engine counts as not answering.
 ENGINE_TIMEOUT_S = 20.0
@@ -321,6 +321,8 @@ def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = 
     command += _mount(results, RESULTS_MOUNT, readonly=False)
     command += _mount(data_dir, DATA_MOUNT, readonly=True)
     command += ["-e", f"{IMAGE_ID_VAR}={record['image_id']}"]
+    if os.environ.get(WORKFLOW_DIGEST_VAR):  # the bench rule's digest, recorded by the cell
+        command += ["-e", f"{WORKFLOW_DIGEST_VAR}={os.environ[WORKFLOW_DIGEST_VAR]}"]
     if gpu_note:
         command += ["-e", f"{GPU_NOTE_VAR}={gpu_note}"]
     return [*command, *run_options, str(record["image_id"]), "mnistbench", *args]

@@ -13,6 +13,8 @@ Environment variables read:
   runner (:mod:`mnistbench.launch.container`) for each cell it starts.
 - ``MNISTBENCH_GIT_REVISION``: git revision baked into a container image, used when the
   package is not inside a git checkout.
+- ``MNISTBENCH_WORKFLOW_DIGEST``: the digest of the workflow's bench rule, set by the workflow
+  (:func:`mnistbench.core.provenance.workflow_digest`).
 - ``SLURM_JOB_ID``, ``SLURM_JOB_PARTITION``, ``SLURMD_NODENAME``: set by SLURM.
 - ``APPTAINER_CONTAINER`` / ``SINGULARITY_CONTAINER``: set by Apptainer (runtime name).
 """
@@ -28,8 +30,8 @@ from typing import Any
 
 from mnistbench import __version__
 from mnistbench.core import cpuruntime
-from mnistbench.core.envvars import CONTAINER_VAR, IMAGE_ID_VAR, LAUNCH_VAR
-from mnistbench.core.provenance import git_revision
+from mnistbench.core.envvars import CONTAINER_VAR, IMAGE_ID_VAR, LAUNCH_VAR, WORKFLOW_DIGEST_VAR
+from mnistbench.core.provenance import git_revision, running_code_digest
 from mnistbench.core.schema import ENV_FIELDS
 from mnistbench.measure import hardware
 
@@ -135,6 +137,8 @@ def capture() -> dict[str, Any]:
         "cpu_model": _safe(_cpu_model, ""),
         "gpu_driver": _safe(_nvidia_driver, ""),
         "git_revision": _safe(git_revision, ""),
+        "code_digest": _safe(running_code_digest, ""),
+        "workflow_digest": env.get(WORKFLOW_DIGEST_VAR, "").strip(),
         "mnistbench": __version__,
         "container": env.get(CONTAINER_VAR, ""),
         "container_image_id": env.get(IMAGE_ID_VAR, ""),

@@ -366,6 +366,10 @@ def load_tables(results: Path) -> Tables:
                                  ) from None
         except pd.errors.EmptyDataError:
             frame = pd.DataFrame(columns=expected)
+        # A table an older mnistbench wrote lacks the fields added since (schema.ADDED_IN):
+        # they read as empty, as in its summaries; any other missing column is an error.
+        for column in (c for c in expected if c not in frame.columns and c in schema.ADDED_IN):
+            frame[column] = None
         missing = [c for c in expected if c not in frame.columns]
         if missing:
             raise AggregateError(
