@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mnistbench.core import network
 from mnistbench.measure import model
+from mnistbench.measure.model import build_model
 
 
 def test_reference_layer_sizes_match_the_blog() -> None:
@@ -123,3 +125,32 @@ def test_layers_are_plain_outside_bf16_autocast() -> None:
     x, v = torch.randn(2, 1, 8, 8), torch.randn(2, 10)
     assert torch.equal(model.conv2d(conv, x), conv(x))
     assert torch.equal(model.linear(fc, v), fc(v))
+
+
+@pytest.mark.parametrize("width", [1, 2])
+@pytest.mark.parametrize("implementation", ["stock", "tuned"])
+def test_analytic_flops_match_torchs_flop_counter(width, implementation):
+    """mnistbench.core.network's FLOPs per evaluation and per training sample are what
+    torch.utils.flop_counter counts for the network at that width, both formulations."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = build_model(0, implementation, width)
+    x = torch.randn(4, 1, 28, 28)
+    model.eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(x)
+    assert counter.get_total_flops() == 4 * network.eval_flops(width)
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        loss = torch.nn.functional.cross_entropy(model(x), torch.zeros(4, dtype=torch.long))
+        loss.backward()
+    assert counter.get_total_flops() == 4 * network.train_flops(width)
+
+
+def test_the_networks_shape_is_the_blogs_at_width_one():
+    s = network.shapes(1)
+    assert (s.conv1, s.conv2, s.fc1, s.fc2) == ((1, 32), (32, 64), (9216, 128), (128, 10))
+    assert network.train_flops() == 71_565_312 and network.eval_flops() == 23_984_896
+    assert network.shapes(4).flat == 4 * 9216
+    with pytest.raises(ValueError, match="positive integer"):
+        network.shapes(0)

@@ -36,7 +36,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-FLAT_FEATURES = 9216  # 64 channels x 12 x 12 after the single 2x2 max-pool
+from mnistbench.core import network
+
+FLAT_FEATURES = network.shapes(1).flat  # 9216: 64 channels x 12 x 12 after the 2x2 max-pool
 DROPOUT_P = 0.5
 
 
@@ -78,20 +80,22 @@ def linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 
 class ReferenceNet(nn.Module):
-    """The network exactly as its layer sizes describe it (pytorch/examples MNIST)."""
+    """The network exactly as its layer sizes describe it (pytorch/examples MNIST); ``width``
+    multiplies the convolutions' channels (:func:`mnistbench.core.network.shapes`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, width: int = 1) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3, 1)
-        self.conv2 = nn.Conv2d(32, 64, 3, 1)
+        s = network.shapes(width)
+        self.conv1 = nn.Conv2d(*s.conv1, network.KERNEL, 1)
+        self.conv2 = nn.Conv2d(*s.conv2, network.KERNEL, 1)
         self.dropout = nn.Dropout(DROPOUT_P)
-        self.fc1 = nn.Linear(FLAT_FEATURES, 128)
-        self.fc2 = nn.Linear(128, 10)
+        self.fc1 = nn.Linear(*s.fc1)
+        self.fc2 = nn.Linear(*s.fc2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.conv1(x))
         x = F.relu(self.conv2(x))
-        x = F.max_pool2d(x, 2)
+        x = F.max_pool2d(x, network.POOL)
         x = torch.flatten(x, 1)
         x = self.dropout(x)
         x = F.relu(self.fc1(x))
@@ -133,20 +137,21 @@ class Net(ReferenceNet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(conv2d(self.conv1, x))
-        x = F.relu(F.max_pool2d(conv2d(self.conv2, x), 2))
+        x = F.relu(F.max_pool2d(conv2d(self.conv2, x), network.POOL))
         x = torch.flatten(x, 1)
         x = bit_dropout(x, self.training)
         x = F.relu(linear(self.fc1, x))
         return linear(self.fc2, x)
 
 
-def build_model(seed: int, implementation: str = "tuned") -> ReferenceNet:
-    """A freshly initialised network, its weights determined by ``seed`` alone: :class:`Net`
-    (``tuned``) or the literal :class:`ReferenceNet` (``stock``, the blog's code); both have
-    the same parameters in the same order, so a seed gives both the same weights."""
+def build_model(seed: int, implementation: str = "tuned", width: int = 1) -> ReferenceNet:
+    """A freshly initialised network of channel width ``width``, its weights determined by
+    ``seed`` alone: :class:`Net` (``tuned``) or the literal :class:`ReferenceNet` (``stock``,
+    the blog's code); both have the same parameters in the same order, so a seed gives both
+    the same weights."""
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return ReferenceNet() if implementation == "stock" else Net()
+        return ReferenceNet(width) if implementation == "stock" else Net(width)
     finally:
         torch.random.set_rng_state(gen_state)
