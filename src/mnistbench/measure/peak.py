@@ -1,0 +1,105 @@
+"""The device's measured limit: how many FLOP/s a dense matmul and the study's convolution
+reach here, per precision, with the cell's threads. A cell's achieved FLOP/s is set against
+this figure (the "why" of a speed-up), so it is measured in the same environment, never taken
+from a datasheet.
+
+Kernels (forward only, FLOPs = 2 x multiply-adds, as :mod:`mnistbench.core.network` counts):
+
+- ``matmul``: an ``n x n`` by ``n x n`` product (n = :data:`MATMUL_N`: 1024 on a CPU, 8192
+  on an accelerator), the best a device does on dense work;
+- ``conv2``: the study's second convolution at batch 128 (32 -> 64 channels, 3 x 3, on
+  26 x 26), the layer that holds 89 % of the network's FLOPs, channels-last on a CPU.
+
+Each kernel is warmed up (:data:`WARMUP` calls, oneDNN's and cuDNN's choices made there),
+then called in a loop until :data:`MIN_SECONDS` have passed; the device is synchronised
+before each clock read. The result records the shape, the calls, the seconds, the threads and
+``source: measured``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from mnistbench.core import network
+from mnistbench.measure import backends
+
+MATMUL_N = {"cpu": 1024, "accelerator": 8192}
+CONV_BATCH = 128
+WARMUP = 3
+MIN_SECONDS = 0.3  # s of timed calls per kernel and precision
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+          "fp16": torch.float16}
+
+
+def _timed(fn, sync) -> tuple[int, float]:
+    """(calls, seconds) of ``fn`` called until :data:`MIN_SECONDS` have passed."""
+    for _ in range(WARMUP):
+        fn()
+    sync()
+    calls, start = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        if calls % 4 == 0 or calls == 1:
+            sync()
+            elapsed = time.perf_counter() - start
+            if elapsed >= MIN_SECONDS:
+                return calls, elapsed
+
+
+def _kernels(device: torch.device, dtype: torch.dtype) -> dict[str, tuple[Any, int, str]]:
+    """kernel -> (callable, FLOPs per call, shape text)."""
+    n = MATMUL_N["cpu" if device.type == "cpu" else "accelerator"]
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    s = network.shapes(1)
+    x = torch.randn(CONV_BATCH, s.conv2[0], s.conv1_side, s.conv1_side, device=device,
+                    dtype=dtype)
+    w = torch.randn(s.conv2[1], s.conv2[0], network.KERNEL, network.KERNEL, device=device,
+                    dtype=dtype)
+    if device.type == "cpu":
+        x, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
+    conv_flops = 2 * CONV_BATCH * s.conv2_side ** 2 * s.conv2[1] * s.conv2[0] * network.KERNEL ** 2
+    with torch.no_grad():
+        return {
+            "matmul": (lambda: torch.mm(a, b), 2 * n ** 3, f"{n}x{n} @ {n}x{n}"),
+            "conv2": (lambda: F.conv2d(x, w), conv_flops,
+                      f"batch {CONV_BATCH}, {s.conv2[0]}->{s.conv2[1]} ch, "
+                      f"{network.KERNEL}x{network.KERNEL} on {s.conv1_side}x{s.conv1_side}"),
+        }
+
+
+def measure(device: str = "cpu", precisions: tuple[str, ...] = ("fp32",),
+            threads: int | None = None) -> dict[str, Any]:
+    """The measured limit of ``device`` for each of ``precisions`` (rows of kernel,
+    precision, GFLOP/s, calls, seconds, shape), with the threads and torch version."""
+    if threads:
+        torch.set_num_threads(threads)
+    torch_device = backends.pick_device(device)
+    sync = backends.backend(device).synchronize if device != "cpu" else (lambda: None)
+    rows = []
+    for precision in precisions:
+        dtype = DTYPES[precision]
+        tf32 = precision == "tf32"
+        if device == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
+        for kernel, (fn, flops, shape) in _kernels(torch_device, dtype).items():
+            with torch.no_grad():
+                calls, seconds = _timed(fn, sync)
+            rows.append({"kernel": kernel, "precision": precision, "shape": shape,
+                         "gflops": flops * calls / seconds / 1e9, "calls": calls,
+                         "seconds": seconds})
+    return {"device": device, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "source": "measured: each kernel timed here after warm-up (mnistbench.measure.peak)",
+            "rows": rows}
+
+
+def limit(record: dict[str, Any], precision: str) -> float | None:
+    """The highest GFLOP/s of ``record`` for ``precision`` (None when not measured)."""
+    values = [r["gflops"] for r in record.get("rows", []) if r["precision"] == precision]
+    return max(values) if values else None
