@@ -856,11 +856,7 @@ class ResourceMonitor:
         rss = [r["rss_mb"] for r, _ in pairs if r["rss_mb"] is not None]
         # What the rest of the machine used: its busy share less this cell's own (in % of all
         # cores); above BUSY_OTHERS_PCT on average the cell was timed on a busy machine.
-        cores = psutil.cpu_count() or 1
-        others = [({"others": r["sys_cpu_pct"] - r["proc_cpu_pct"] / cores}, dt)
-                  for r, dt in in_stage
-                  if r["sys_cpu_pct"] is not None and r["proc_cpu_pct"] is not None]
-        others_mean = _weighted_mean(others, "others")
+        others_mean = _weighted_mean(_others(in_stage), "others")
         return {
             "system_load_mean": _weighted_mean(in_stage, "sys_cpu_pct"),
             "others_load_mean": others_mean,
@@ -873,6 +869,31 @@ class ResourceMonitor:
             "gpu_util_peak": _peak(in_stage, "gpu_util_pct"),
             "gpu_power_mean_w": _weighted_mean(in_stage, "gpu_power_w"),
         }
+
+
+    def others_load_between(self, start: float, end: float) -> float | None:
+        """The mean % of all cores other processes used between ``start`` and ``end``
+        (``time.perf_counter`` values, e.g. an epoch's), from the sampler windows that overlap
+        it, each weighted by its overlap; None when no window with CPU figures overlaps."""
+        with self._lock:
+            pairs = list(zip(self.rows, self._dts, strict=True))
+        t0 = self._t0
+        overlapping = []
+        for row, dt in pairs:
+            w_end = t0 + row["t_s"]  # each row covers (its time - dt, its time]
+            w_start = w_end - dt
+            overlap = min(end, w_end) - max(start, w_start)
+            if dt > 0 and overlap > 0:
+                overlapping.append((row, overlap))
+        return _weighted_mean(_others(overlapping), "others")
+
+
+def _others(pairs: Sequence[tuple[dict[str, Any], float]]) -> list[tuple[dict, float]]:
+    """(row, weight) pairs of what other processes used: the system's busy share less this
+    cell's own, in % of all cores, for rows with both figures."""
+    cores = psutil.cpu_count() or 1
+    return [({"others": r["sys_cpu_pct"] - r["proc_cpu_pct"] / cores}, w) for r, w in pairs
+            if r["sys_cpu_pct"] is not None and r["proc_cpu_pct"] is not None]
 
 
 #: % of all cores that other processes may use on average while a cell is timed before the

@@ -1,0 +1,51 @@
+"""Tests of mnistbench.measure.disturbance and the sampler's per-epoch load: a disturbed epoch
+is flagged, by the load it saw or by its own cell's spread."""
+
+from __future__ import annotations
+
+from mnistbench.measure import disturbance, monitor
+
+
+def test_the_published_disturbed_epoch_is_an_outlier():
+    """vm-local's DataLoader cell: epoch 1 took 51.0 s, the other nine 23.6-24.9 s."""
+    epochs = [51.0, 23.6, 24.1, 24.9, 23.8, 24.0, 24.3, 24.6, 23.9, 24.2]
+    assert disturbance.outliers(epochs) == [True] + [False] * 9
+    assert disturbance.flags(epochs, [6.9] + [0.6] * 9) == ["outlier"] + [""] * 9
+    assert disturbance.quiet(epochs, disturbance.flags(epochs, [None] * 10)) == epochs[1:]
+
+
+def test_an_agreeing_cell_flags_nothing_and_short_cells_cannot_tell():
+    assert disturbance.outliers([10.0, 10.1, 10.3, 10.2, 10.4]) == [False] * 5
+    # 20 % slower but within the spread of a noisy cell: not an outlier
+    assert disturbance.outliers([10.0, 12.0, 9.0, 11.5, 12.5]) == [False] * 5
+    assert disturbance.outliers([10.0, 30.0]) == [False, False]
+
+
+def test_load_flags_an_epoch_even_when_its_time_looks_normal():
+    flags = disturbance.flags([10.0, 10.1, 10.2], [2.0, 40.0, None])
+    assert flags == ["", "load", ""]
+    assert disturbance.flags([10.0, 10.1, 10.0, 30.0], [1.0, 1.0, 1.0, 50.0])[3] == "load+outlier"
+
+
+def test_quiet_keeps_everything_when_every_epoch_was_disturbed():
+    assert disturbance.quiet([1.0, 2.0], ["load", "load"]) == [1.0, 2.0]
+
+
+def test_the_sampler_reports_other_processes_load_over_a_window(monkeypatch):
+    """others_load_between weighs each sampler window by its overlap with the epoch and
+    subtracts the cell's own share (its 100 % of one core on 2 cores is 50 % of the
+    machine)."""
+    monkeypatch.setattr(monitor.psutil, "cpu_count", lambda logical=True: 2)
+    mon = monitor.ResourceMonitor(interval=1.0)
+    mon._t0 = 100.0
+    rows = [(1.0, 90.0, 100.0), (2.0, 50.0, 100.0), (3.0, 95.0, 100.0)]  # t_s, sys %, proc %
+    for t_s, sys_pct, proc_pct in rows:
+        row = dict.fromkeys(monitor.RESOURCE_COLUMNS)
+        row.update(t_s=t_s, sys_cpu_pct=sys_pct, proc_cpu_pct=proc_pct, stage="train")
+        mon.rows.append(row)
+        mon._dts.append(1.0)
+    # window (101, 102]: others 50 - 50 = 0; window (100, 101]: 90 - 50 = 40
+    assert mon.others_load_between(101.0, 102.0) == 0.0
+    assert mon.others_load_between(100.0, 101.0) == 40.0
+    assert mon.others_load_between(100.5, 101.5) == 20.0  # half of each window
+    assert mon.others_load_between(200.0, 201.0) is None
