@@ -154,3 +154,24 @@ def test_the_networks_shape_is_the_blogs_at_width_one():
     assert network.shapes(4).flat == 4 * 9216
     with pytest.raises(ValueError, match="positive integer"):
         network.shapes(0)
+
+
+def test_the_dataloader_runs_torchvisions_mnist_and_matches_the_resident_data(tiny_mnist):
+    """The dataloader loader is torchvision.datasets.MNIST with ToTensor and Normalize over
+    the verified files; its samples equal the resident loader's normalised tensor."""
+    import numpy as np
+    from torchvision import datasets
+
+    from mnistbench.data import mnist as data
+    from mnistbench.measure import loaders
+
+    dataset = loaders.torchvision_mnist(tiny_mnist, "train", 100)
+    assert isinstance(dataset, datasets.MNIST) and len(dataset) == 100
+    images, labels = data.load_split(tiny_mnist, "train")
+    resident = loaders.normalised_tensor(images[:100], torch.device("cpu"))
+    for i in (0, 57, 99):
+        x, y = dataset[i]
+        assert torch.equal(x, resident[i]) and y == int(labels[i])
+    test = loaders.torchvision_mnist(tiny_mnist, "test", None)
+    assert len(test) == len(data.load_split(tiny_mnist, "test")[1])
+    assert np.array_equal(test.targets.numpy(), data.load_split(tiny_mnist, "test")[1])

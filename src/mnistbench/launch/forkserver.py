@@ -74,7 +74,8 @@ LOAD_TIME_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "VE
                       "NUMEXPR_", "LD_", "PYTHON", "MALLOC_", "GLIBC_", "TORCH_", "PYTORCH_",
                       "CUDA_", "NCCL_", "NVIDIA_", "DNNL_", "ONEDNN_", "ATEN_")
 #: Modules the server imports before it serves (everything `mnistbench train` imports).
-PRELOAD = ("mnistbench.measure.entry", "mnistbench.measure.train", "psutil")
+PRELOAD = ("mnistbench.measure.entry", "mnistbench.measure.train", "psutil",
+           "torchvision.datasets", "torchvision.transforms")
 _HEADER = struct.Struct("!I")  # length of the JSON request that follows, in bytes
 _MAX_REQUEST = 1 << 20  # bytes
 _KILL_GRACE_S = 5.0  # s between SIGTERM and SIGKILL for a cell whose client vanished

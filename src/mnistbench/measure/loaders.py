@@ -1,8 +1,12 @@
 """The two ways a cell feeds the model, with the same settings on every device:
 
-- ``dataloader``: the classic pipeline the blog measured: a Dataset that turns each sample into
-  a PIL image, then ToTensor and Normalize, batched by ``torch.utils.data.DataLoader``
-  (``workers`` and ``pin_memory`` as the cell says), each batch then copied to the device;
+- ``dataloader``: the blog's pipeline, run on torchvision itself: ``torchvision.datasets.MNIST``
+  over the verified files (download off: ``mnistbench fetch`` is the one downloader), each
+  sample a PIL image, then ``transforms.ToTensor`` and ``Normalize((0.1307,), (0.3081,))``,
+  batched by ``torch.utils.data.DataLoader`` (``workers`` and ``pin_memory`` as the cell
+  says), each batch then copied to the device. (Measured side by side on 2 cores of an
+  AVX-512 Xeon, an epoch of this pipeline's batches takes about 2.5x what the project's own
+  re-implementation of the same steps took, 4.7 s against 1.9 s: the blog's code as it is.)
 - ``resident``: the whole normalised split as one tensor on the training device; batches are
   shuffled index selections.
 
@@ -23,26 +27,26 @@ MNIST_MEAN = 0.1307
 MNIST_STD = 0.3081
 
 
-class MnistDataset(torch.utils.data.Dataset):
-    """The classic per-sample pipeline, as torchvision's MNIST + ToTensor + Normalize does it:
-    each item becomes a PIL image, then a float tensor in [0, 1], then normalised."""
+def torchvision_mnist(root, split: str, limit: int | None):
+    """torchvision's MNIST dataset of ``split`` (train or test) over the verified IDX files in
+    ``root``, with the blog's transforms, cut to its first ``limit`` samples when given."""
+    from torchvision import datasets, transforms
 
-    def __init__(self, images: np.ndarray, labels: np.ndarray) -> None:
-        from PIL import Image  # Pillow, as torchvision's MNIST uses
+    class VerifiedMNIST(datasets.MNIST):
+        """torchvision's MNIST reading the four files where ``mnistbench fetch`` verified
+        them (torchvision looks in ROOT/MNIST/raw)."""
 
-        self._image = Image
-        self.images = images
-        self.labels = labels
+        @property
+        def raw_folder(self) -> str:
+            return str(root)
 
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, index: int):
-        img = self._image.fromarray(self.images[index])  # mode L, as torchvision's MNIST
-        x = torch.from_numpy(np.array(img, dtype=np.uint8, copy=True)).view(1, 28, 28)
-        x = x.float().div(255)  # ToTensor
-        x = x.sub_(MNIST_MEAN).div_(MNIST_STD)  # Normalize
-        return x, int(self.labels[index])
+    transform = transforms.Compose([transforms.ToTensor(),
+                                    transforms.Normalize((MNIST_MEAN,), (MNIST_STD,))])
+    dataset = VerifiedMNIST(str(root), train=split == "train", download=False,
+                            transform=transform)
+    if limit:
+        dataset.data, dataset.targets = dataset.data[:limit], dataset.targets[:limit]
+    return dataset
 
 
 class ResidentLoader:
@@ -92,6 +96,8 @@ def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Lo
     """Read the verified IDX files and build both loaders of ``cfg.loader`` (``cfg``: a
     :class:`mnistbench.measure.train.TrainConfig`: data, loader, batch sizes, limits, workers,
     pin_memory)."""
+    # Our reader first, for both loaders: it checks the files' format with errors that name
+    # the file and the fix, and gives the split sizes.
     train_x, train_y = data.load_split(cfg.data, "train")
     test_x, test_y = data.load_split(cfg.data, "test")
     if cfg.train_limit:
@@ -99,6 +105,7 @@ def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Lo
     if cfg.test_limit:
         test_x, test_y = test_x[: cfg.test_limit], test_y[: cfg.test_limit]
     splits = {"train": (train_x, train_y), "test": (test_x, test_y)}
+    limits = {"train": cfg.train_limit, "test": cfg.test_limit}
 
     if cfg.loader == "resident":
         tensors = {
@@ -114,7 +121,7 @@ def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Lo
             x, y = tensors[split]
             return x[:size], y[:size]
     else:
-        datasets = {name: MnistDataset(x, y) for name, (x, y) in splits.items()}
+        datasets = {name: torchvision_mnist(cfg.data, name, limits[name]) for name in splits}
         non_blocking = cfg.pin_memory and device.type == "cuda"
 
         def make(ds, batch_size, shuffle):
