@@ -149,6 +149,34 @@ def test_matrix_of_the_shipped_study_is_repeat_major_and_skips_unsupported_preci
     assert (first.experiment, first.device, first.precision) == ("convergence", "cpu", "fp32")
 
 
+def test_convergence_runs_the_blogs_code_and_the_projects_best_on_each_device():
+    """The convergence DataLoader cell is the blog's code as written (stock, no workers, no
+    pinned memory, cudnn.benchmark off, the C library's allocator), the resident cell this
+    project's best (tuned, the study-wide allocator); code_kind reads the kind back from what
+    a cell recorded."""
+    from mnistbench.core import options
+
+    config = schema_defaults()
+    cells = [c for c in build_matrix(config["experiments"], ["cpu", "cuda"], 0,
+                                     lambda device: [("e", None)])
+             if c.experiment == "convergence" and c.repeat == 0]
+    assert {(c.device, c.loader) for c in cells} == {
+        (d, loader) for d in ("cpu", "cuda") for loader in ("dataloader", "resident")}
+    for cell in cells:
+        args = options.train_parser().parse_args([*cell.train_args(), "--data", "d",
+                                                  "--out", "o"])
+        if cell.loader == "dataloader":
+            assert (args.implementation, args.allocator, args.workers, args.pin_memory,
+                    args.cudnn_benchmark) == ("stock", "glibc", 0, False, False)
+            assert study.code_kind("dataloader", "stock", "glibc", 0) == "blog"
+        else:
+            assert args.implementation == "tuned" and "--allocator" not in cell.train_args()
+            assert study.code_kind("resident", "tuned", "tcmalloc") == "best"
+    assert study.code_kind("dataloader", "tuned", "glibc") == ""
+    assert study.code_kind("dataloader", "stock", "tcmalloc") == ""
+    assert study.code_kind("dataloader", "stock", "glibc", 4) == ""
+
+
 def test_matrix_files_each_cell_once_per_environment_of_its_device():
     """Each cell is listed once per (env, partition) of its device, in that order."""
     experiments = schema_defaults()["experiments"]

@@ -231,6 +231,40 @@ def tip_settings(tip: Tip, device: str, cores: int) -> dict[str, object]:
 
 
 # ---------------------------------------------------------------------------------------------
+# The convergence experiment: the blog's code as written against this project's best
+#: The settings of the blog's code beyond the loader (stock model and optimizer, no workers, no
+#: pinned memory, cudnn.benchmark off, the C library's allocator, eager): the tips baseline's.
+BLOG_CODE: dict[str, object] = {
+    key: TIP_BASELINE[key]
+    for key in ("workers", "pin_memory", "implementation", "cudnn_benchmark", "allocator",
+                "compile")}
+#: Convergence loader -> (what code its cells run, their settings beyond the study-wide ones):
+#: the DataLoader cell is the blog's code as written, the resident cell this project's best
+#: (the tuned formulation, data held on the device, the study's allocator). A speed-up is
+#: computed only between cells of the same kind.
+CONVERGENCE_CODE: dict[str, tuple[str, dict[str, object]]] = {
+    "dataloader": ("blog", BLOG_CODE),
+    "resident": ("best", {"implementation": "tuned"}),
+}
+#: The kinds of code a headline figure comes from, as the report names them.
+CODE_LABELS = {"blog": "the blog's code as written", "best": "this project's best code",
+               "": "other settings"}
+
+
+def code_kind(loader: object, implementation: object, allocator_loaded: object = "",
+              workers: object = 0) -> str:
+    """Which code a cell ran, from what it recorded: ``blog`` (the DataLoader, the stock
+    formulation, the C library's allocator, no workers), ``best`` (data resident, the tuned
+    formulation) or ``""`` (anything else)."""
+    if (loader == "dataloader" and implementation == "stock"
+            and str(allocator_loaded or "glibc") == "glibc" and not workers):
+        return "blog"
+    if loader == "resident" and implementation == "tuned":
+        return "best"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
 # Cells and the matrix
 @dataclass(frozen=True)
 class Cell:
@@ -355,7 +389,9 @@ def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> l
                 out.append({"tip": tip.name, **tip_settings(tip, device, cores)})
         return out
     if experiment == "convergence":
-        precisions, batch_sizes = [spec["precision"]], [spec["batch_size"]]
+        return [{"precision": spec["precision"], "loader": loader,
+                 "batch_size": spec["batch_size"], **CONVERGENCE_CODE[loader][1]}
+                for loader in spec["loaders"] if is_supported(device, spec["precision"])]
     else:
         precisions, batch_sizes = spec["precisions"], spec["batch_sizes"]
     return [{"precision": precision, "loader": loader, "batch_size": batch_size}
