@@ -1,0 +1,108 @@
+"""Section 2, the headline: the time per epoch, the total and the GPU/CPU speed-up at the
+blog's settings, per environment, device and loader (a row saying why for a device with no
+ok cell), beside the blog's own figures."""
+
+from __future__ import annotations
+
+from mnistbench.report import blog
+from mnistbench.report.formatting import (
+    as_printed,
+    interval,
+    missing,
+    num,
+    plain,
+    plural,
+    ratio_interval,
+    seconds,
+)
+from mnistbench.report.selections import (
+    BUSY_SHARE_PCT,
+    DEVICES,
+    RUN,
+    Inputs,
+    absent_reason,
+    busy_mask,
+    busy_note,
+    col,
+    devices,
+    hardware,
+    speedup,
+)
+from mnistbench.results import stats
+
+
+def _rows(summary, cells) -> list[dict]:
+    rows = []
+    for env in sorted(summary["env"].unique()):
+        for device in devices(summary):
+            group = cells[(cells["env"] == env) & (cells["device"] == device)]
+            if group.empty:
+                if device in DEVICES:
+                    rows.append({"env": env, "device": device,
+                                 "hardware": hardware(summary, env, device), "loader": "–",
+                                 "n": "0", "absent": absent_reason(summary, env, device),
+                                 "busy": ""})
+                continue
+            for loader, part in group.groupby("loader", sort=True):
+                epoch = stats.median_ci(col(part, "epoch_s_median"))
+                total = stats.median_ci(col(part, "total_s"))
+                speed, speed_ci = "1× (baseline)", ""
+                if device != "cpu":
+                    est = speedup(cells, env, loader, device)
+                    if est is None:
+                        speed, speed_ci = "–", f"no ok CPU cell with the {loader} loader"
+                    else:
+                        speed, speed_ci = num(est.value, 3, "×"), ratio_interval(est)
+                rows.append({
+                    "env": env, "device": device, "hardware": hardware(summary, env, device),
+                    "loader": loader, "n": str(epoch.n if epoch else 0), "absent": "",
+                    "epoch": seconds(epoch.value if epoch else None),
+                    "epoch_ci": interval(epoch, "s"),
+                    "total": seconds(total.value if total else None),
+                    "total_ci": interval(total, "s"),
+                    "speedup": speed, "speedup_ci": speed_ci, "busy": busy_note(part),
+                })
+    return rows
+
+
+def _notes(cells) -> list[str]:
+    if cells.empty:
+        return ["No ok cell ran at the blog's settings: no headline. The matrix below says "
+                "what failed."]
+    notes = []
+    sizes = cells.groupby(list(RUN)).size()
+    if (sizes == 1).any():
+        notes.append("Rows with one repeat have no confidence interval: a single run says "
+                     "nothing about run-to-run spread. Run 2 or more repeats for one (6 or "
+                     "more for a 95 % interval of a median).")
+    if ((sizes > 1) & (sizes < 6)).any():
+        notes.append("With fewer than 6 repeats no interval of a median reaches 95 %: the "
+                     "interval shown is min–max with its actual coverage (3 repeats: 75 %). "
+                     "The speed-up's bootstrap interval is nominally 95 % but optimistic "
+                     "with so few repeats.")
+    if busy_mask(cells).any():
+        notes.append("Rows marked busy include repeats that ran while other processes used "
+                     f"more than {BUSY_SHARE_PCT} % of the machine: their times are "
+                     "pessimistic. The findings leave them out where a quiet repeat exists.")
+    return notes
+
+
+def context(inputs: Inputs) -> dict:
+    cells = inputs.cells
+    settings = {key: ", ".join(sorted({plain(v) for v in cells[key].tolist()
+                                       if not missing(v)})) or "–"
+                for key in ("batch_size", "precision", "epochs")}
+    return {
+        "headline_rows": _rows(inputs.summary, cells),
+        "headline_notes": _notes(cells),
+        "headline_source": inputs.cells_source,
+        "headline_settings": "; ".join(f"{k.replace('_', ' ')} {v}"
+                                       for k, v in settings.items()),
+        "headline_epochs": plural(settings["epochs"], "epoch"),
+        # the blog's figures beside this study's
+        "blog_cpu": blog.BLOG["cpu"],
+        "blog_gpu": blog.BLOG["gpu"],
+        "blog_cpu_epoch": as_printed(blog.BLOG["cpu_epoch_s"], "s"),
+        "blog_gpu_epoch": as_printed(blog.BLOG["gpu_epoch_s"], "s"),
+        "blog_speedup": as_printed(blog.BLOG["speedup"], "×"),
+    }

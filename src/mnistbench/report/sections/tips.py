@@ -1,0 +1,105 @@
+"""Section 10, which of the blog's tips pay off: each tip of the tips experiment against the
+baseline on the same device, its speed-up with the interval, its effect on accuracy against
+the baseline's seed spread, and a verdict; n/a with the reason where a tip does not apply."""
+
+from __future__ import annotations
+
+from mnistbench.core import study
+from mnistbench.report import blog
+from mnistbench.report.formatting import num, points, ratio_parts, ratio_phrase
+from mnistbench.report.selections import (
+    DEVICES,
+    TIP_COLUMN,
+    Inputs,
+    busy_note,
+    col,
+    devices,
+    discount_busy,
+    median,
+    tips_cells,
+    value_range,
+)
+from mnistbench.results import stats
+
+#: Verdict -> the CSS class of its mark.
+VERDICT_CLASS = {blog.PAYS_OFF: "good", blog.SLOWER: "bad", blog.COSTS_ACCURACY: "bad",
+                 blog.WITHIN_NOISE: "noise", blog.UNCLEAR: "noise"}
+
+
+def _tip_cell(device, rule, base, group, spread) -> dict:
+    """One tip on one device: speed-up over the baseline with its interval, accuracy effect,
+    verdict; or why there is none."""
+    empty = {"speed": "", "ci": "", "acc": "", "busy": "", "note": "", "span": True}
+    not_applicable = study.not_applicable_reason(rule, device)
+    if not_applicable:
+        measured = ""
+        if group is not None and not group.empty:
+            est = stats.ratio_ci(col(base, "epoch_s_median"), col(group, "epoch_s_median"))
+            if est is not None:
+                measured = f" (measured anyway: {ratio_phrase(est)})"
+        return {**empty, "verdict": "n/a", "cls": "na", "note": not_applicable + measured}
+    if group is None or group.empty:
+        return {**empty, "verdict": "not measured", "cls": "na", "note": ""}
+    ran = group[group["status"] == "ok"]
+    if ran.empty:
+        reason = group["reason"].dropna()
+        return {**empty, "verdict": group["status"].iloc[0], "cls": "bad",
+                "note": str(reason.iloc[0]) if not reason.empty else "(no reason recorded)"}
+    if base is None or base.empty:
+        return {**empty, "verdict": "no baseline", "cls": "na",
+                "note": f"no ok baseline cell on the {device}"}
+    quiet_base, _ = discount_busy(base)
+    quiet, _ = discount_busy(ran)
+    if rule.name == blog.BASELINE:
+        acc = median(col(quiet, "final_test_acc"))
+        return {**empty, "span": False, "speed": "1× (baseline)", "verdict": "baseline",
+                "cls": "na",
+                "acc": f"{num(acc, 4, '%')}" + ("" if spread is None else
+                                                f" (seed spread {points(spread, False)})"),
+                "busy": busy_note(ran)}
+    est = stats.ratio_ci(col(quiet_base, "epoch_s_median"), col(quiet, "epoch_s_median"))
+    diff = stats.diff_ci(col(quiet, "final_test_acc"), col(quiet_base, "final_test_acc"))
+    verdict = blog.tip_verdict(est, None if diff is None else -diff.value, spread)
+    acc = "–"
+    if diff is not None:
+        acc = points(diff.value)
+        if spread is not None:
+            acc += (" (within the seed spread)" if abs(diff.value) <= spread
+                    else f" (beyond the seed spread of {points(spread, False)})")
+    speed, speed_ci = ratio_parts(est)
+    return {**empty, "span": False, "speed": speed, "ci": speed_ci, "acc": acc,
+            "verdict": verdict, "cls": VERDICT_CLASS.get(verdict, "na"),
+            "busy": busy_note(ran)}
+
+
+def _tips(summary):
+    """(devices, rows, why there are none): each tip's speed-up over the baseline per device,
+    accuracy effect and verdict."""
+    cells = tips_cells(summary)
+    if cells.empty:
+        why = ("Not measured in this study: no cells of the tips experiment"
+               + ("" if TIP_COLUMN in summary.columns else
+                  f" (the summary has no '{TIP_COLUMN}' column)") + ".")
+        return [], [], why
+    shown = [d for d in devices(cells) if d in set(cells["device"]) or d in DEVICES]
+    rows = []
+    for env in sorted(cells["env"].unique()):
+        part = cells[cells["env"] == env]
+        bases = {d: part[(part["device"] == d) & (part[TIP_COLUMN] == blog.BASELINE)
+                         & (part["status"] == "ok")] for d in shown}
+        spreads = {d: value_range(col(discount_busy(b)[0], "final_test_acc"))
+                   for d, b in bases.items()}
+        for name in blog.tip_order(part[TIP_COLUMN]):
+            rule = blog.tip(name)
+            per_device = [_tip_cell(device, rule, bases[device],
+                                    part[(part["device"] == device) & (part[TIP_COLUMN] == name)],
+                                    spreads[device])
+                          for device in shown]
+            rows.append({"env": env, "tip": name, "change": rule.change or "–",
+                         "devices": per_device})
+    return shown, rows, ""
+
+
+def context(inputs: Inputs) -> dict:
+    tip_devices, tip_rows, absent = _tips(inputs.summary)
+    return {"tip_devices": tip_devices, "tip_rows": tip_rows, "tips_absent": absent}

@@ -1,0 +1,361 @@
+"""What the report's sections select from the aggregated tables, each in one place: the
+columns and keys that group cells, the ok cells of each experiment, the busy repeats and
+their discount, the environments (with their hardware, the reference one, why a device is
+absent) and the few measures several sections share (the GPU's speed-up, the phases of an
+epoch, the seed-to-seed spread, the share of waiting in a run's cost).
+
+:class:`Inputs` holds the tables and the cost model with what is computed from them once
+(the cells at the blog's settings, the cost of a run); every section reads it.
+
+Columns read beyond :mod:`mnistbench.core.schema` when present: ``tip`` (the tips
+experiment's lever, text), ``busy`` (true when other processes used more than 25 % of the
+machine while the cell ran) and ``system_load_mean`` (machine-wide CPU busy %, 100 = all
+cores). Summaries without them (older ones) render as before, with no cell flagged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from mnistbench.core import schema
+from mnistbench.report import blog
+from mnistbench.report.formatting import missing, num, plain, plural
+from mnistbench.results import aggregate, cost, stats
+
+#: Experiment whose cells measure the blog's tips, and its lever column.
+TIPS_EXPERIMENT = "tips"
+TIP_COLUMN = "tip"
+#: Optional per-cell system-load columns (absent in older summaries).
+BUSY_COLUMN = "busy"
+LOAD_COLUMN = "system_load_mean"
+#: The share of the machine (%) others must use beyond a cell's own processes for the trainer
+#: to mark it busy: the report only reads the flag, this is for its prose.
+BUSY_SHARE_PCT = 25
+#: Devices the headline always shows, with their reason when absent.
+DEVICES = ("cpu", "cuda")
+DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
+
+# ---------------------------------------------------------------------------- grouping keys
+
+#: The settings that tell a cell from another but for its repeat (and its tip).
+SETTINGS = ("env", "experiment", "device", "precision", "loader", "batch_size")
+#: What makes two cells of different environments the same measurement: a cell but its env.
+SAME_CELL = tuple(c for c in SETTINGS if c != "env")
+#: One row of the per-run tables (headline, time, convergence, resources, cost).
+RUN = ("env", "device", "loader")
+
+
+def with_tip(frame, keys) -> list[str]:
+    """``keys`` and the tips experiment's lever where ``frame`` has that column."""
+    return [*keys, *([TIP_COLUMN] if TIP_COLUMN in frame.columns else [])]
+
+
+def device_name(device: str) -> str:
+    """CPU, GPU, or the device as it is named."""
+    return DEVICE_NAMES.get(device, device)
+
+
+# ---------------------------------------------------------------------------- columns
+
+def col(frame, name) -> list[float]:
+    """The present values of column ``name`` of ``frame`` as floats (none when absent)."""
+    if frame is None or name not in frame.columns:
+        return []
+    return [float(v) for v in frame[name].tolist() if not missing(v)]
+
+
+def per_epoch(frame, column) -> list[float]:
+    """Each cell's ``column`` (a total over its epochs) divided by its epochs."""
+    out = []
+    if frame is None or frame.empty:
+        return out
+    for value, epochs in zip(frame[column].tolist(), frame["epochs"].tolist(), strict=True):
+        if not missing(value) and not missing(epochs) and epochs > 0:
+            out.append(float(value) / float(epochs))
+    return out
+
+
+def median(values) -> float | None:
+    """The median of ``values``; None without any."""
+    s = stats.spread(values)
+    return None if s is None else s[0]
+
+
+def value_range(values) -> float | None:
+    """max - min of ``values`` (the spread over repeats), None below 2 values."""
+    s = stats.spread(values)
+    return None if s is None or s[3] < 2 else s[2] - s[1]
+
+
+def distinct(frame, column) -> list[str]:
+    """The distinct non-empty values of ``column`` in ``frame`` as text (none when absent)."""
+    if column not in frame.columns:
+        return []
+    return sorted({plain(v) for v in frame[column].tolist() if not missing(v) and str(v)})
+
+
+# ---------------------------------------------------------------------------- ok cells
+
+def ok(summary, experiment: str | None = None):
+    """The ok cells of ``summary`` (of one experiment when given)."""
+    keep = summary["status"] == "ok"
+    if experiment is not None:
+        keep &= summary["experiment"] == experiment
+    return summary[keep]
+
+
+def sweep_medians(summary):
+    """Median samples/s over repeats of every ok sweep cell with a throughput, one row per
+    (env, device, precision, loader, batch size)."""
+    cells = ok(summary, "sweep").dropna(subset=["samples_per_s"])
+    if cells.empty:
+        return cells
+    return cells.groupby(["env", "device", "precision", "loader", "batch_size"])[
+        "samples_per_s"].median().reset_index()
+
+
+def tips_cells(summary):
+    """The cells of the tips experiment that name their tip (always with a ``tip`` column)."""
+    if TIP_COLUMN not in summary.columns:
+        return summary.iloc[0:0].assign(**{TIP_COLUMN: None})
+    return summary[(summary["experiment"] == TIPS_EXPERIMENT)
+                   & summary[TIP_COLUMN].map(lambda v: isinstance(v, str) and bool(v))]
+
+
+# ---------------------------------------------------------------------------- busy cells
+
+def _is_busy(value) -> bool:
+    """Whether a ``busy`` value says the machine was busy (bool, "True"/"False" text, 1/0)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    if missing(value):
+        return False
+    try:
+        return bool(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def busy_mask(frame):
+    """A boolean Series: which rows of ``frame`` ran on a busy machine (all False when the
+    summary has no ``busy`` column)."""
+    import pandas as pd
+
+    if BUSY_COLUMN not in frame.columns:
+        return pd.Series(False, index=frame.index, dtype=bool)
+    return frame[BUSY_COLUMN].map(_is_busy).astype(bool)
+
+
+def discount_busy(summary):
+    """(summary without the busy ok cells whose group (env, experiment, device, precision,
+    loader, batch size) has a quiet ok cell too, how many were left out): what the findings
+    use. A group whose every ok cell was busy keeps them (and is flagged)."""
+    busy = busy_mask(summary)
+    if not busy.any():
+        return summary, 0
+    is_ok = summary["status"] == "ok"
+    quiet = (is_ok & ~busy).groupby([summary[c] for c in SETTINGS],
+                                    dropna=False).transform("any")
+    drop = busy & is_ok & quiet
+    return summary[~drop], int(drop.sum())
+
+
+def busy_note(group) -> str:
+    """"2 of 3 busy (machine 81–95 % busy)" for the busy rows of ``group``; "" when none."""
+    busy = busy_mask(group)
+    n = int(busy.sum())
+    if n == 0:
+        return ""
+    load = col(group[busy], LOAD_COLUMN)
+    span = ""
+    if load:
+        low, high = min(load), max(load)
+        span = (f" (machine {num(low, 2)} % busy)" if round(low) == round(high)
+                else f" (machine {num(low, 2)}–{num(high, 2)} % busy)")
+    return f"{n} of {len(group)} busy{span}"
+
+
+# ---------------------------------------------------------------------------- environments
+
+def devices(summary) -> list[str]:
+    """cpu and cuda always, then any other device of the study."""
+    return [*DEVICES, *sorted(set(summary["device"]) - set(DEVICES))]
+
+
+def envs_with_gpu(cells) -> list[str]:
+    """The environments with a cuda cell among ``cells``, by name."""
+    return sorted(set(cells.loc[cells["device"] == "cuda", "env"]))
+
+
+def scheduled(summary, env) -> bool:
+    """Whether ``env``'s cells ran in a container or as SLURM jobs (not the local runner)."""
+    part = summary[summary["env"] == env]
+    return any(str(v) for column in ("container", "slurm_partition") if column in part.columns
+               for v in part[column].fillna(""))
+
+
+def primary_env(summary) -> str:
+    """The environment the findings describe when none has a GPU: the one with the most ok
+    cells (the full study, not a container's part of it), then the local runner's, then the
+    first by name."""
+    done = ok(summary)
+    return min(summary["env"].unique(), key=lambda env: (
+        -int((done["env"] == env).sum()), scheduled(summary, env), env))
+
+
+def reference_env(envs, part) -> str:
+    """The environment the others of one hardware are compared with: the local runner's
+    (cells neither in a container nor SLURM jobs), else the one with most cells, else the
+    first by name."""
+    return min(envs, key=lambda env: (scheduled(part, env), -int((part["env"] == env).sum()),
+                                      env))
+
+
+def hardware(summary, env: str, device: str) -> str:
+    """The hardware of ``device`` in ``env``: the aggregate's ``hardware`` label of its cells
+    where there is one (e.g. "AMD EPYC 7B13 · AVX2"), else the CPU model or GPU name."""
+    cells = summary[summary["env"] == env]
+    names = distinct(cells[cells["device"] == device], "hardware")
+    if not names:
+        names = distinct(cells, "cpu_model" if device == "cpu" else "gpu_name")
+    return ", ".join(names) if names else "–"
+
+
+def hardware_line(summary, env: str) -> str:
+    """One line of an environment's hardware: CPU model with cores and threads, GPU and
+    driver (or "no GPU")."""
+    cells = summary[summary["env"] == env]
+    cpu = ", ".join(distinct(cells, "cpu_model")) or "CPU model not recorded"
+    cores = distinct(cells, "cpu_cores_physical")
+    threads = distinct(cells, "cpu_cores_logical")
+    detail = []
+    if cores:
+        detail.append(plural("/".join(cores), "core"))
+    if threads:
+        detail.append(plural("/".join(threads), "thread"))
+    line = f"CPU {cpu}" + (f" ({', '.join(detail)})" if detail else "")
+    gpus = distinct(cells, "gpu_name")
+    if gpus:
+        drivers = distinct(cells, "gpu_driver")
+        line += f"; GPU {', '.join(gpus)}" + (f", driver {', '.join(drivers)}" if drivers
+                                             else "")
+    else:
+        line += "; no GPU"
+    return line
+
+
+def absent_reason(summary, env: str, device: str) -> str:
+    """Why ``env`` has no ok ``device`` cell at the blog's settings: the commonest status and
+    reason of its cells, or that the study has none."""
+    cells = summary[(summary["env"] == env) & (summary["device"] == device)]
+    if cells.empty:
+        if device == "cuda":
+            return ("not in this study: no cuda cells (no GPU was found when the study was "
+                    "planned, or the config's devices leave it out)")
+        return f"not in this study: no {device} cells"
+    bad = cells[cells["status"] != "ok"]
+    if bad.empty:
+        return "no ok cell at the blog's settings (batch 128, fp32)"
+    (status, reason), n = next(iter(failure_counts(bad).items()))
+    return f"{status} ({plural(n, 'cell')}): {reason}"
+
+
+def failure_counts(bad):
+    """How many of the cells ``bad`` (none ok) share each (status, reason), commonest first."""
+    return bad.assign(reason=bad["reason"].fillna("(no reason recorded)")).groupby(
+        ["status", "reason"]).size().sort_values(ascending=False)
+
+
+# ---------------------------------------------------------------------------- shared measures
+
+def speedup(cells, env, loader, device="cuda", column="epoch_s_median"):
+    """The CPU's median epoch time over ``device``'s, in one env with one loader."""
+    same = (cells["env"] == env) & (cells["loader"] == loader)
+    cpu = cells[same & (cells["device"] == "cpu")]
+    other = cells[same & (cells["device"] == device)]
+    return stats.ratio_ci(col(cpu, column), col(other, column))
+
+
+def phases(group) -> dict[str, float] | None:
+    """Median seconds per epoch of each phase (and "other": the rest of the epoch) over the
+    cells of ``group``; None without complete phase times."""
+    columns = [f"{p}_s" for p in schema.PHASES]
+    group = group.dropna(subset=[*columns, "epochs", "epoch_s_median"])
+    if group.empty:
+        return None
+    out = {p: median(per_epoch(group, f"{p}_s")) for p in schema.PHASES}
+    epoch = median(col(group, "epoch_s_median"))
+    out["other"] = max(0.0, epoch - sum(out.values()))
+    out["epoch"] = epoch
+    return out
+
+
+def seed_spread(cells) -> float | None:
+    """The seed-to-seed spread of final test accuracy (points): the largest max - min over
+    repeats of any (env, device, loader) group of ``cells``; None without 2 repeats."""
+    spreads = [r for _, g in cells.groupby(list(RUN))
+               if (r := value_range(col(g, "final_test_acc"))) is not None]
+    return max(spreads) if spreads else None
+
+
+def waiting_share(row: cost.CostRow) -> float | None:
+    """The share of waiting in the total cost of one run; None without a total."""
+    if row.total.value and row.waiting.value is not None and row.total.value > 0:
+        return row.waiting.value / row.total.value
+    return None
+
+
+def blog_loader_first(loaders) -> list[str]:
+    """``loaders`` by name, the blog's own loader first."""
+    return sorted(sorted(set(loaders)), key=lambda x: x != blog.BLOG_LOADER)
+
+
+# ---------------------------------------------------------------------------- the inputs
+
+@dataclass
+class Inputs:
+    """What every section is built from: the aggregated tables, the cost model, the command
+    and results folder of the header, and what is computed from them once."""
+
+    tables: aggregate.Tables
+    model: cost.CostModel
+    command: str | None = None
+    results: Path = Path("results")
+
+    @property
+    def summary(self):
+        return self.tables.summary
+
+    @property
+    def epochs(self):
+        return self.tables.epochs
+
+    @cached_property
+    def envs(self) -> list[str]:
+        """Every environment of the study, by name."""
+        return sorted(self.summary["env"].unique())
+
+    @property
+    def multi_env(self) -> bool:
+        return len(self.envs) > 1
+
+    @cached_property
+    def _blog_cells(self):
+        return blog.blog_cells(self.summary)
+
+    @property
+    def cells(self):
+        """The ok cells at the blog's settings (:func:`mnistbench.report.blog.blog_cells`)."""
+        return self._blog_cells[0]
+
+    @property
+    def cells_source(self) -> str:
+        """Where :attr:`cells` come from (which experiment, at which settings)."""
+        return self._blog_cells[1]
+
+    @cached_property
+    def cost_report(self) -> cost.CostReport:
+        """The cost of a run of every ok convergence cell, with the break-even."""
+        return cost.compute(self.summary, self.epochs, self.model)
