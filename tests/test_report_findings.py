@@ -8,7 +8,7 @@ import re
 
 import pytest
 import test_report_studies as studies
-from fakes import with_load
+from fakes import with_load, with_tips
 from test_report_studies import (
     section_of,
     visible,
@@ -91,3 +91,16 @@ def test_busy_flag_as_bools_and_absent(full):
     assert not selections.busy_mask(summary).any()
     assert selections.discount_busy(summary) == (summary, 0)
     assert "busy:" not in full["html"]
+
+
+def test_a_tip_whose_every_repeat_was_busy_is_kept(full):
+    """Busy repeats are left out only where a quiet repeat of the same cell exists, and a
+    tip's cells are not the same cell as another tip's (they share every other setting): a
+    tip whose every repeat was busy keeps them; one with a quiet repeat loses the busy one."""
+    tables = with_tips(full["tables"], repeats=2)
+    busy = {("alpha", "tips", "cpu-compile-r0"): 90.0, ("alpha", "tips", "cpu-compile-r1"): 90.0,
+            ("alpha", "tips", "cpu-resident-r0"): 90.0}
+    summary = with_load(tables, busy).summary
+    quiet, dropped = selections.discount_busy(summary)
+    assert dropped == 1
+    assert set(summary["cell"]) - set(quiet["cell"]) == {"cpu-resident-r0"}

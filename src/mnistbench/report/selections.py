@@ -39,7 +39,8 @@ DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 
 # ---------------------------------------------------------------------------- grouping keys
 
-#: The settings that tell a cell from another but for its repeat (and its tip).
+#: The settings that tell a cell from another but for its repeat (and its tip, in the tips
+#: experiment: :func:`with_tip`).
 SETTINGS = ("env", "experiment", "device", "precision", "loader", "batch_size")
 #: What makes two cells of different environments the same measurement: a cell but its env.
 SAME_CELL = tuple(c for c in SETTINGS if c != "env")
@@ -150,13 +151,14 @@ def busy_mask(frame):
 
 def discount_busy(summary):
     """(summary without the busy ok cells whose group (env, experiment, device, precision,
-    loader, batch size) has a quiet ok cell too, how many were left out): what the findings
-    use. A group whose every ok cell was busy keeps them (and is flagged)."""
+    loader, batch size and tip: the repeats of one cell) has a quiet ok cell too, how many
+    were left out): what the findings use. A group whose every ok cell was busy keeps them
+    (and is flagged)."""
     busy = busy_mask(summary)
     if not busy.any():
         return summary, 0
     is_ok = summary["status"] == "ok"
-    quiet = (is_ok & ~busy).groupby([summary[c] for c in SETTINGS],
+    quiet = (is_ok & ~busy).groupby([summary[c] for c in with_tip(summary, SETTINGS)],
                                     dropna=False).transform("any")
     drop = busy & is_ok & quiet
     return summary[~drop], int(drop.sum())
