@@ -1,0 +1,66 @@
+"""The project's own files agree with the code: config/README.md is what
+scripts/config-readme makes of the config schema, the pyproject's dev extra is
+envs/pip/dev.txt, and CHANGELOG.md, CITATION.cff and the workflow catalog's file name the
+versions and facts that hold."""
+
+from __future__ import annotations
+
+import re
+import runpy
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_config_readme_is_generated_from_the_schema():
+    script = runpy.run_path(str(ROOT / "scripts" / "config-readme"))
+    assert (ROOT / "config" / "README.md").read_text(encoding="utf-8") == script["render"](), (
+        "config/README.md is stale: run scripts/config-readme")
+
+
+def test_every_top_level_key_and_experiment_key_is_listed():
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    text = (ROOT / "config" / "README.md").read_text()
+    listed = set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+    assert set(schema["properties"]) <= listed
+    for name, spec in schema["properties"]["experiments"]["properties"].items():
+        assert {f"experiments.{name}.{key}" for key in spec["properties"]} <= listed
+    for shipped in ("config.yaml", "quick.yaml", "container.yaml", "slurm.yaml"):
+        assert f"`{shipped}`" in text
+
+
+def _pins(path: Path) -> list[str]:
+    lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line and not line.startswith("-")]
+
+
+def test_the_dev_extra_is_the_dev_requirements():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["optional-dependencies"]["dev"] == _pins(ROOT / "envs" / "pip" / "dev.txt")
+    assert "Topic :: System :: Benchmark" in project["classifiers"] and project["keywords"]
+
+
+def test_changelog_citation_and_catalog_name_what_holds():
+    from mnistbench import __version__, publish
+    from mnistbench.core import schema
+    from mnistbench.results import archive
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"Schema {schema.SCHEMA_VERSION}" in changelog
+    assert f"Archive version {archive.ARCHIVE_VERSION}" in changelog
+    assert f"Publication version {publish.PUBLICATION_VERSION}" in changelog
+    assert f"({__version__})" in changelog
+    for version in range(2, schema.SCHEMA_VERSION + 1):  # every added field is recorded
+        added = [name for name, v in schema.ADDED_IN.items() if v == version]
+        assert all(f"`{name}`" in changelog for name in added), version
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["version"] == __version__ and citation["license"] == "MIT"
+    catalog = yaml.safe_load((ROOT / ".snakemake-workflow-catalog.yml").read_text())
+    # claimed only where it has run: no deployment method has (docs/workflow.md)
+    assert not any(catalog["usage"]["software-stack-deployment"].values())
+    assert catalog["usage"]["report"] is True
+    assert 'report: "workflow/report/workflow.rst"' in (ROOT / "Snakefile").read_text()
