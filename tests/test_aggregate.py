@@ -200,21 +200,43 @@ def test_cell_in_the_wrong_folder_is_rejected(runs_copy, tmp_path):
         aggregate.aggregate(runs_copy, tmp_path / "out")
 
 
-def test_damaged_csv_header_names_the_file(runs_copy, tmp_path):
-    """An epochs.csv whose header disagrees with the schema is an error naming it."""
+def _invalid_row(runs: Path, out: Path, folder: Path) -> dict:
+    """Aggregate ``runs`` and return the summary row of ``folder``'s cell, having checked
+    that it is filed as failed with an invalid-result reason and has no epoch or resource
+    rows (an invalid cell is visible but never a finding)."""
+    aggregate.aggregate(runs, out)
+    env, experiment, cell = folder.parts[-3:]
+    rows = [r for r in _rows(out / "summary.csv")
+            if (r["env"], r["experiment"], r["cell"]) == (env, experiment, cell)]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == "failed" and row["reason"].startswith("invalid result")
+    assert "delete that cell folder" in row["reason"]
+    assert all(row[k] == "" for k in schema.RESULT_FIELDS)
+    for table in ("epochs.csv", "resources.csv"):
+        assert cell not in {r["cell"] for r in _rows(out / table)
+                            if (r["env"], r["experiment"]) == (env, experiment)}
+    return row
+
+
+def test_damaged_csv_header_names_the_file(runs_copy, tmp_path, capsys):
+    """An epochs.csv whose header disagrees with the schema makes its cell invalid: a failed
+    row whose reason names the file and the missing columns, warned about on stderr."""
     folder = runs_copy / "alpha" / "convergence" / cell_id("cuda", "fp32", "resident", 128, 0)
     (folder / "epochs.csv").write_text("epoch,seconds\n1,2.0\n")
-    with pytest.raises(aggregate.AggregateError) as info:
-        aggregate.aggregate(runs_copy, tmp_path / "out")
-    assert str(folder / "epochs.csv") in str(info.value) and "missing:" in str(info.value)
+    row = _invalid_row(runs_copy, tmp_path / "out", folder)
+    assert "epochs.csv has an unexpected header (missing: steps" in row["reason"]
+    assert "(recorded status ok)" in row["reason"]
+    err = capsys.readouterr().err
+    assert f"{folder} is invalid and kept out of every statistic" in err
 
 
 def test_ok_cell_without_epochs_is_damaged(runs_copy, tmp_path):
-    """An ok cell that lost its epochs.csv is an error, not silently empty."""
+    """An ok cell that lost its epochs.csv is invalid, not silently empty."""
     folder = runs_copy / "alpha" / "convergence" / cell_id("cpu", "fp32", "resident", 128, 1)
     (folder / "epochs.csv").unlink()
-    with pytest.raises(aggregate.AggregateError, match=r"epochs\.csv is missing"):
-        aggregate.aggregate(runs_copy, tmp_path / "out")
+    row = _invalid_row(runs_copy, tmp_path / "out", folder)
+    assert "epochs.csv is missing, but an ok cell has one" in row["reason"]
 
 
 def test_empty_or_missing_runs_folder_is_explained(tmp_path):

@@ -247,6 +247,95 @@ def test_unpack_refuses_a_hostile_member_naming_it(tmp_path, packed, case):
     assert not (tmp_path / "evil.txt").exists()
 
 
+NOT_RESULTS = {
+    "a note in a cell": member("runs/alpha/sweep/cpu-x/notes.txt"),
+    "a script beside the cells": member("runs/alpha/run.sh"),
+    "a summary at the experiment level": member("runs/alpha/sweep/summary.json"),
+    "collect_env.txt in a cell": member("runs/alpha/sweep/cpu-x/collect_env.txt"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_RESULTS))
+def test_unpack_refuses_a_file_that_is_not_a_result(tmp_path, packed, case):
+    """Only the known files of a cell (summary.json, epochs.csv, resources.csv) and of an
+    environment (collect_env.txt) travel; any other name, or a known name in the wrong
+    folder, is refused naming the member and what an archive holds."""
+    info, data = NOT_RESULTS[case]
+    hostile = write_members(tmp_path / "x.tar.gz", [*read_members(packed), (info, data)])
+    runs = tmp_path / "b" / "runs"
+    assert_refused(hostile, runs, repr(info.name), "is not a file of the results",
+                   "summary.json, epochs.csv, resources.csv")
+    assert not runs.exists()
+
+
+def test_unpack_refuses_a_folder_inside_a_cell(tmp_path, packed):
+    """A folder below a cell's folder is deeper than any file of the results."""
+    info, _ = member("runs/alpha/sweep/cpu-x/sub", tarfile.DIRTYPE)
+    hostile = write_members(tmp_path / "d.tar.gz", [*read_members(packed), (info, None)])
+    assert_refused(hostile, tmp_path / "runs", "'runs/alpha/sweep/cpu-x/sub'", "is deeper than")
+
+
+def test_unpack_caps_a_summary_below_the_member_limit(tmp_path, packed):
+    """summary.json and collect_env.txt are capped at Limits.small_bytes (4 MiB by default;
+    the trainer's are a few KB), before their data is read."""
+    runs = tmp_path / "runs"
+    with pytest.raises(archive.ArchiveError) as info:
+        archive.unpack(packed, runs, limits=archive.Limits(small_bytes=64))
+    assert "more than the 64 a results file" in str(info.value)
+    assert not runs.exists()
+    assert archive.Limits().small_bytes == 4 << 20
+
+
+def test_unpack_refuses_an_invalid_cell_naming_it(tmp_path):
+    """An archive whose cell holds an accuracy of 140 % (its manifest matching) is refused
+    naming the cell, the file, the field and the value: results enter only checked."""
+    runs = tmp_path / "a" / "runs"
+    cells = small_study(runs)
+    good = archive.pack(runs, ENV, tmp_path / "good.tar.gz")
+    members = read_members(good)
+    index = next(i for i, (m, _) in enumerate(members) if m.name.endswith("summary.json"))
+    data = json.loads(members[index][1])
+    data["results"]["final_test_acc"] = 140.0
+    members[index] = (members[index][0], json.dumps(data).encode())
+    message = assert_refused(write_members(tmp_path / "bad.tar.gz", members),
+                             tmp_path / "b" / "runs", "is invalid",
+                             "summary.json results.final_test_acc is 140.0")
+    assert members[index][0].name.rsplit("/", 1)[0] in message
+    path = cells[0] / "summary.json"
+    data = json.loads(path.read_text())
+    data["timing"]["timed_s"] = -1
+    path.write_text(json.dumps(data))
+    with pytest.raises(archive.ArchiveError, match=r"is invalid: summary.json timing.timed_s"):
+        archive.pack(runs, ENV, tmp_path / "again.tar.gz")
+    assert not (tmp_path / "again.tar.gz").exists()
+
+
+def test_unpack_refuses_a_manifest_with_a_non_json_number(tmp_path, packed):
+    """A manifest holding NaN (which json.loads would take) is not JSON: refused."""
+    members = read_members(packed)
+    text = members[0][1].decode().replace('"archive_version": 1', '"archive_version": NaN')
+    members[0] = (members[0][0], text.encode())
+    assert_refused(write_members(tmp_path / "n.tar.gz", members, refresh_manifest=False),
+                   tmp_path / "runs", "is not valid JSON", "archive_version is NaN")
+
+
+def test_pack_leaves_out_files_that_are_not_results(tmp_path):
+    """A note in a cell folder and a script beside the cells are left out, each named in a
+    log line; the archive unpacks."""
+    runs = tmp_path / "runs"
+    small_study(runs)
+    cell = next((runs / ENV / "sweep").iterdir())
+    (cell / "notes.txt").write_text("mine\n")
+    (runs / ENV / "run.sh").write_text("#!/bin/sh\n")
+    logged: list[str] = []
+    path = archive.pack(runs, ENV, tmp_path / "a.tar.gz", log=logged.append)
+    names = [m.name for m, _ in read_members(path)]
+    assert not any(n.endswith(("notes.txt", "run.sh")) for n in names)
+    assert sorted(line.split(":")[0] for line in logged) == sorted(
+        [f"leaving out {cell / 'notes.txt'}", f"leaving out {runs / ENV / 'run.sh'}"])
+    archive.unpack(path, tmp_path / "b" / "runs")
+
+
 def test_unpack_refuses_a_duplicate_member(tmp_path, packed):
     """A member name that appears twice (the second copy would replace the first) is
     refused."""
@@ -288,9 +377,10 @@ def test_unpack_refuses_members_the_manifest_does_not_list_and_listed_ones_absen
                                                                                   packed):
     """A member added after packing, or a listed member taken out, is refused."""
     members = read_members(packed)
-    added = [*members, member("runs/alpha/added.txt")]
+    added = [*members, member("runs/alpha/sweep/cpu-added/summary.json")]
     assert_refused(write_members(tmp_path / "a.tar.gz", added, refresh_manifest=False),
-                   tmp_path / "runs", "'runs/alpha/added.txt'", "not listed in the manifest")
+                   tmp_path / "runs", "'runs/alpha/sweep/cpu-added/summary.json'",
+                   "not listed in the manifest")
     gone = members[-1][0].name
     assert_refused(write_members(tmp_path / "g.tar.gz", members[:-1], refresh_manifest=False),
                    tmp_path / "runs", repr(gone), "missing from the archive")
@@ -310,7 +400,8 @@ def test_unpack_limits_refuse_an_archive_too_large(tmp_path, packed):
     runs = tmp_path / "runs"
     with pytest.raises(archive.ArchiveError, match="add up to more than 2000 bytes"):
         archive.unpack(packed, runs, limits=archive.Limits(total_bytes=2000))
-    with pytest.raises(archive.ArchiveError, match="more than the 100 a results file may"):
+    with pytest.raises(archive.ArchiveError,
+                       match=r"more than the 100 a results file epochs\.csv may"):
         archive.unpack(packed, runs, limits=archive.Limits(member_bytes=100))
     with pytest.raises(archive.ArchiveError, match="more than 3 members"):
         archive.unpack(packed, runs, limits=archive.Limits(members=3))

@@ -205,6 +205,23 @@ def test_committed_publication_renders_from_its_own_data(monkeypatch):
 
 
 # --------------------------------------------------------------------------- refusals
+def test_publish_refuses_an_invalid_cell_as_failed_naming_what_is_wrong(project):
+    """A cell whose summary.json says 140 % accuracy is a failed row of the tables, and
+    publish refuses it as failed naming the cell, the field and the value."""
+    runs = project / "results" / "runs"
+    path = next(runs.glob(f"{ENV}/sweep/*/{schema.SUMMARY_FILE}"))
+    data = json.loads(path.read_text())
+    data["results"]["final_test_acc"] = 140.0
+    path.write_text(json.dumps(data))
+    reaggregate(project)
+    with pytest.raises(publish.PublishError) as info:
+        run_publish()
+    message = str(info.value)
+    assert f"1 failed: {ENV}/sweep/{path.parent.name} (invalid: summary.json " \
+           "results.final_test_acc is 140.0, expected a finite number 0 to 100)" in message
+    assert not (project / "report").exists()
+
+
 def test_publish_refuses_missing_cells_and_records_a_waiver(project):
     """A cell of the config's study that never ran is refused, naming it, and nothing is
     written; --allow-missing needs a reason, and the manifest and README record both."""
@@ -431,7 +448,7 @@ def test_expected_cells_follow_the_config_and_each_environments_devices(project)
 def test_cli_publish_refuses_with_one_error_line_then_publishes_and_checks(project, capsys):
     """`mnistbench publish` exits 1 with one error line when it refuses, 0 when it publishes;
     `publish --check` exits 0 on the publication and 1 once a file changed."""
-    (project / "src" / "mnistbench" / "train.py").write_text("# changed\n")
+    (project / TRAINER).write_text("# changed\n")
     assert cli.main(["publish"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mnistbench publish: error: refusing")

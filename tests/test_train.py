@@ -622,3 +622,28 @@ def test_a_cell_records_the_digest_of_the_code_that_measured_it(tmp_path, tiny_m
     monkeypatch.setenv(envvars.WORKFLOW_DIGEST_VAR, "0123456789abcdef")
     code, summary, _ = run(tmp_path, tiny_mnist, name="workflow")
     assert code == 0 and summary["env"]["workflow_digest"] == "0123456789abcdef"
+
+
+@pytest.mark.slow
+def test_the_trainers_cells_of_every_status_pass_the_readers_checks(tmp_path, tiny_mnist,
+                                                                    monkeypatch) -> None:
+    """What the trainer writes, ok, failed by a diverged loss, or unavailable, is valid to
+    mnistbench.results.validate (which refuses only bad values), with its recorded status;
+    collect_env.txt is the environment file an archive carries."""
+    from mnistbench.measure import hardware
+    from mnistbench.results import archive, validate
+
+    assert archive.ENV_FILES == (hardware.COLLECT_ENV_FILE,)
+    monkeypatch.setattr(hardware, "collect_env_report", lambda: "report\n")
+    runs = tmp_path / "runs"
+    settings = {"ok": {"epochs": 2}, "failed": {"lr": 1e10, "warmup_steps": 0, "epochs": 2},
+                "unavailable": {"device": "cuda"} if not torch.cuda.is_available() else None}
+    for name, extra in settings.items():
+        if extra is None:
+            continue
+        out = runs / "lab" / "adhoc" / name
+        train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, env="lab",
+                                         **{**TINY, **extra}))
+        cell = validate.read_cell(out)
+        assert cell.valid, cell.problems
+        assert cell.status == name

@@ -18,7 +18,8 @@ asks for:
 - **missing**: a cell of the study's matrix (:func:`expected_cells`) without a
   ``summary.json``, or an incomplete cell folder (still running, or killed);
 - **failed**: a cell with status ``failed`` (an error; ``oom`` and ``unavailable`` are
-  results the report shows);
+  results the report shows), or an invalid one (:mod:`mnistbench.results.validate`: a bad
+  value, a damaged file), named with what is wrong;
 - **stale**: a cell measured by other code than this checkout's (:func:`stale_reasons`): of
   an older schema version, of another mnistbench version, without a code digest, or whose
   code digest (the measuring code and runtime, :func:`mnistbench.core.provenance.code_digest`)
@@ -40,7 +41,6 @@ import contextlib
 import copy
 import csv
 import difflib
-import json
 import os
 import re
 import shlex
@@ -55,7 +55,7 @@ from pathlib import Path
 
 from mnistbench import __version__
 from mnistbench.core import atomic, provenance, schema, study
-from mnistbench.results import aggregate, archive
+from mnistbench.results import aggregate, archive, validate
 
 #: ``format`` of the manifest, and its version.
 FORMAT = "mnistbench-publication"
@@ -105,6 +105,8 @@ class CellInfo:
     schema_version: int
     device: str
     env: dict
+    #: Why the cell is invalid (mnistbench.results.validate), filed as failed; "" when valid.
+    invalid: str = ""
 
     @property
     def name(self) -> str:
@@ -223,14 +225,13 @@ def read_cells(runs: Path) -> tuple[list[CellInfo], list[str]]:
             incomplete.append("/".join(key))
             continue
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            cells.append(CellInfo(key=key, status=str(data["status"]),
-                                  schema_version=int(data["schema_version"]),
-                                  device=str(data["params"]["device"]),
-                                  env=dict(data.get("env") or {})))
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise PublishError(f"cannot read {path}: {exc}. Delete that cell folder and run "
-                               "the study again.") from None
+            cell = validate.read_cell(folder)
+        except validate.CellError as exc:
+            raise PublishError(str(exc)) from None
+        cells.append(CellInfo(key=key, status=cell.table_status, schema_version=cell.version,
+                              device=str(cell.params["device"]),
+                              env=dict(cell.table_sections()["env"]),
+                              invalid="" if cell.valid else cell.why()))
     return cells, incomplete
 
 
@@ -315,8 +316,8 @@ def find_problems(cells: Sequence[CellInfo], incomplete: Sequence[str], config: 
                         "incomplete: its folder has no summary.json (still running, or killed)"
                         if name in incomplete else "a cell of the study's config never ran")
                 for name in missing]
-    problems += [Problem("failed", c.name, "status failed") for c in cells
-                 if c.status == "failed"]
+    problems += [Problem("failed", c.name, f"invalid: {c.invalid}" if c.invalid
+                         else "status failed") for c in cells if c.status == "failed"]
     stale, how = stale_reasons(cells, root)
     return problems + stale, how
 
@@ -674,7 +675,7 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
     report = Path(report)
     path = report / DATA_DIR / MANIFEST
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = validate.loads_strict(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"cannot read {path}: {exc}"]
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:

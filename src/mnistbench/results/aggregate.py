@@ -12,6 +12,16 @@
 - ``columns.csv``: ``file, name, unit, description`` of every column of the three tables,
   so the units travel with the data.
 
+Every cell is read and checked by :func:`mnistbench.results.validate.read_cell`, the one
+reader of a cell's files: a ``summary.json`` the tables cannot place (unreadable, another
+schema, no identity) is an :class:`AggregateError` naming the file; a cell whose values are
+bad (a NaN token, a string in a numeric field, a time below 0, an accuracy above 100, epoch
+rows that disagree with its params, a missing or damaged CSV of an ok cell) is *invalid*: a
+row with status ``failed`` and a reason naming the file, the field and the value, its results
+empty and none of its epoch or resource rows, so it is visible but never a finding (a
+warning on stderr names it too). :func:`load_tables` refuses a table whose numeric column
+holds anything but a finite number.
+
 Every input is read and checked before anything is written, and the four files appear
 together or not at all (:func:`mnistbench.core.atomic.write_together`), so a bad input or an
 unwritable ``OUT_DIR`` (read-only, full) leaves no partial outputs. Cells copied in from
@@ -22,7 +32,6 @@ them back with the right types for the report.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +39,7 @@ from pathlib import Path
 
 from mnistbench.core import atomic, schema
 from mnistbench.core.devices import device_label
+from mnistbench.results import validate
 
 #: Params repeated in front of every epochs.csv / resources.csv row (after the id columns).
 KEY_PARAMS = ("device", "precision", "loader", "batch_size", "repeat")
@@ -39,15 +49,6 @@ EPOCHS_CSV = "epochs.csv"
 RESOURCES_CSV = "resources.csv"
 COLUMNS_CSV = "columns.csv"
 
-_SECTIONS = {
-    "params": schema.PARAM_FIELDS,
-    "env": schema.ENV_FIELDS,
-    "timing": schema.TIMING_FIELDS,
-    "results": schema.RESULT_FIELDS,
-}
-_TOP_KEYS = ("schema_version", "status", "reason", *_SECTIONS)
-_FIX = ("delete that cell folder and run the cell again (or run the workflow again, which "
-        "reruns missing cells)")
 
 #: Columns read back as text; every other column of the tables is numeric.
 TEXT_COLUMNS = frozenset(
@@ -78,8 +79,10 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
     """Aggregate every cell under ``runs`` into ``out_dir``; return the four written paths.
 
     Cell folders without ``summary.json`` are incomplete (still running, or killed) and are
-    skipped with a warning on stderr. Raises :class:`AggregateError` for an empty or missing
-    runs folder, an unreadable or inconsistent ``summary.json`` / CSV, or a schema version
+    skipped with a warning on stderr; invalid cells (:mod:`mnistbench.results.validate`) are
+    rows with status ``failed`` and their reason, named on stderr. Raises
+    :class:`AggregateError` for an empty or missing runs folder, an unreadable or
+    inconsistent ``summary.json``, or a schema version
     this mnistbench cannot read (newer than :data:`mnistbench.core.schema.SCHEMA_VERSION`), a cell
     without a device, precision, loader, batch size or repeat, or an ``out_dir`` that cannot be
     written; fields a later version added (:data:`mnistbench.core.schema.ADDED_IN`) read as empty in
@@ -98,27 +101,31 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
     summary_rows: list[dict] = []
     epoch_rows: list[list[str]] = []
     resource_rows: list[list[str]] = []
+    invalid: list[validate.Cell] = []
     skipped = 0
     for cell_dir in cell_dirs:
         summary_path = cell_dir / schema.SUMMARY_FILE
-        if not summary_path.exists():
+        if not (summary_path.exists() or summary_path.is_symlink()):
             skipped += 1
             print(f"mnistbench aggregate: warning: skipping incomplete cell {cell_dir} "
                   f"(no {schema.SUMMARY_FILE}; it is still running or was interrupted)",
                   file=sys.stderr)
             continue
-        cell = _read_summary(summary_path)
+        try:
+            cell = validate.read_cell(cell_dir)
+        except validate.CellError as exc:
+            raise AggregateError(str(exc)) from None
         summary_rows.append(_flatten(cell))
+        if not cell.valid:
+            invalid.append(cell)
+            print(f"mnistbench aggregate: warning: {cell_dir} is invalid and kept out of "
+                  f"every statistic (filed as {validate.INVALID_STATUS}): {cell.why()}",
+                  file=sys.stderr)
+            continue  # none of its rows: an invalid cell is never a finding
         prefix = [str(cell.params[k]) for k in schema.ID_COLUMNS]
         prefix += [_csv_value(cell.params[k]) for k in KEY_PARAMS]
-        epochs_path = cell_dir / schema.EPOCHS_FILE
-        if cell.status == "ok" and not epochs_path.exists():
-            raise AggregateError(
-                f"{epochs_path} is missing although {summary_path} says status ok. The cell "
-                f"is damaged: {_FIX}.")
-        epoch_rows += _read_csv(epochs_path, schema.EPOCH_COLUMNS, prefix)
-        resource_rows += _read_csv(cell_dir / schema.RESOURCES_FILE, schema.RESOURCE_COLUMNS,
-                                   prefix)
+        epoch_rows += [prefix + row for row in cell.epochs]
+        resource_rows += [prefix + row for row in cell.resources]
     if not summary_rows:
         found = (f"{len(cell_dirs)} cell folders, all incomplete" if skipped
                  else "no cell folders")
@@ -149,92 +156,17 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
             "again once the folder can be written.") from None
 
 
-@dataclass(frozen=True)
-class _Cell:
-    status: str
-    reason: str
-    params: dict
-    sections: dict
-
-
-def _read_summary(path: Path) -> _Cell:
-    """Parse and check one summary.json against the schema."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AggregateError(f"cannot read {path}: {exc}. The file is corrupt or truncated: "
-                             f"{_FIX}.") from None
-    if not isinstance(data, dict):
-        raise AggregateError(f"{path} is not a JSON object but {type(data).__name__}: {_FIX}.")
-    version = data.get("schema_version")
-    if type(version) is not int or not 1 <= version <= schema.SCHEMA_VERSION:
-        raise AggregateError(
-            f"{path} has schema_version {version!r}, but this mnistbench reads schema versions "
-            f"1 to {schema.SCHEMA_VERSION}. Aggregate it with the mnistbench version that "
-            "wrote it (or a later one), or rerun the cell with this version.")
-    missing = [k for k in _TOP_KEYS if k not in data]
-    if missing:
-        raise AggregateError(f"{path} lacks the key(s) {', '.join(missing)} (expected "
-                             f"{', '.join(_TOP_KEYS)}): {_FIX}.")
-    status = data["status"]
-    if status not in schema.STATUSES:
-        raise AggregateError(f"{path} has status {status!r}; allowed: "
-                             f"{', '.join(schema.STATUSES)}: {_FIX}.")
-    sections = {}
-    for name, fields in _SECTIONS.items():
-        block = data[name]
-        if not isinstance(block, dict):
-            raise AggregateError(f"{path}: {name!r} must be a JSON object, got "
-                                 f"{type(block).__name__}: {_FIX}.")
-        unknown = sorted(set(block) - set(fields))
-        if unknown:
-            raise AggregateError(
-                f"{path}: unknown {name} key(s) {', '.join(unknown)}; allowed: "
-                f"{', '.join(fields)}. The trainer and mnistbench.core.schema disagree: add the "
-                "field to schema.py (and bump SCHEMA_VERSION) or rerun the cell.")
-        # params identify the cell and ok cells must be complete; the other blocks of a
-        # cell that did not run may leave fields out (read as empty).
-        if name == "params" or (status == "ok" and name != "env"):
-            absent = [k for k in fields
-                      if k not in block and schema.ADDED_IN.get(k, 1) <= version]
-            if absent:
-                raise AggregateError(f"{path}: {name} lacks {', '.join(absent)}: {_FIX}.")
-        sections[name] = block
-    params = sections["params"]
-    cell_dir = path.parent
-    ids = (cell_dir.parent.parent.name, cell_dir.parent.name, cell_dir.name)
-    for key, folder in zip(schema.ID_COLUMNS, ids, strict=True):
-        if str(params[key]) != folder:
-            raise AggregateError(
-                f"{path} says {key} {params[key]!r} but lives in folder {folder!r}. Cells must "
-                f"sit at RUNS/ENV/EXPERIMENT/CELL matching their params: move the folder to "
-                f"the matching place or rerun the cell there.")
-    for key in ("device", "precision", "loader"):
-        value = params[key]
-        if not isinstance(value, str) or not value.strip():
-            raise AggregateError(
-                f"{path}: params.{key} is {value!r}, but every cell needs a {key} (with "
-                "device and precision it names the cell's series in every table and chart): "
-                f"{_FIX}.")
-    for key, low in (("batch_size", 1), ("repeat", 0)):
-        value = params[key]
-        if type(value) is not int or value < low:
-            raise AggregateError(
-                f"{path}: params.{key} is {value!r}, but every cell needs a whole number "
-                f"{low} or more there: {_FIX}.")
-    reason = data["reason"]
-    return _Cell(status=status, reason="" if reason is None else str(reason), params=params,
-                 sections=sections)
-
-
 def _csv_value(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def _flatten(cell: _Cell) -> dict:
-    row: dict[str, object] = {"status": cell.status, "reason": cell.reason}
+def _flatten(cell: validate.Cell) -> dict:
+    """One summary.csv row: an invalid cell as ``failed`` with the reason, its results and
+    its bad values empty."""
+    row: dict[str, object] = {"status": cell.table_status, "reason": cell.table_reason}
+    sections = cell.table_sections()
     for name in ("params", "results", "timing", "env"):
-        for key, value in cell.sections[name].items():
+        for key, value in sections[name].items():
             row[key] = value
     row["hardware"] = hardware_label(row)
     return row
@@ -274,39 +206,6 @@ def hardware_label(row: Mapping[str, object]) -> str:
     return label
 
 
-def _read_csv(path: Path, columns: Mapping[str, object], prefix: list[str]) -> list[list[str]]:
-    """The rows of one cell's CSV (absent or empty: none), each with ``prefix`` in front."""
-    try:
-        with path.open(encoding="utf-8", newline="") as handle:
-            reader = csv.reader(handle)
-            header = next(reader, None)
-            if header is None:
-                return []
-            if sorted(header) != sorted(columns):
-                missing = [c for c in columns if c not in header]
-                extra = [c for c in header if c not in columns]
-                raise AggregateError(
-                    f"{path} has an unexpected header (missing: {', '.join(missing) or '-'}; "
-                    f"unknown: {', '.join(extra) or '-'}; expected: {', '.join(columns)}). "
-                    f"The trainer and mnistbench.core.schema disagree, or the file is damaged: "
-                    f"{_FIX}.")
-            order = [header.index(c) for c in columns]
-            rows = []
-            for line_no, record in enumerate(reader, start=2):
-                if not record:
-                    continue
-                if len(record) != len(header):
-                    raise AggregateError(
-                        f"{path} line {line_no} has {len(record)} fields, expected "
-                        f"{len(header)}; the file is truncated or damaged: {_FIX}.")
-                rows.append(prefix + [record[i] for i in order])
-            return rows
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise AggregateError(f"cannot read {path}: {exc}: {_FIX}.") from None
-
-
 def _write_rows(path: Path, columns: list[str], rows: list[list[str]]) -> Path:
     with atomic.atomic_open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
@@ -333,6 +232,28 @@ def column_rows() -> list[dict[str, str]]:
         rows += [{"file": file, "name": c, "unit": u, "description": d}
                  for c, (u, d) in tail.items()]
     return rows
+
+
+def _numeric(frame, column: str, path: Path):
+    """``frame[column]`` as numbers; an :class:`AggregateError` naming the file, the line,
+    the cell and the value where a value is not a finite number (a word, ``nan``, ``inf``),
+    which would otherwise read as empty and leave the statistics silently."""
+    import numpy as np
+    import pandas as pd
+
+    raw = frame[column]
+    numbers = pd.to_numeric(raw, errors="coerce")
+    bad = raw.notna() & ~np.isfinite(numbers.astype(float))
+    if bad.any():
+        index = bad.to_numpy().nonzero()[0][0]
+        cell = "/".join(str(frame[k].iloc[index]) for k in schema.ID_COLUMNS
+                        if k in frame.columns)
+        raise AggregateError(
+            f"{path} line {index + 2} (cell {cell}): column {column} holds "
+            f"{raw.iloc[index]!r}, which is not a finite number ({int(bad.sum())} such "
+            "value(s) in that column). The table was edited or damaged: rerun `mnistbench "
+            "aggregate`, which writes only numbers there.")
+    return numbers
 
 
 @dataclass(frozen=True)
@@ -377,7 +298,7 @@ def load_tables(results: Path) -> Tables:
                 "mnistbench version or edited. Rerun `mnistbench aggregate`.")
         for column in frame.columns:
             if column not in TEXT_COLUMNS:
-                frame[column] = pd.to_numeric(frame[column], errors="coerce")
+                frame[column] = _numeric(frame, column, path)
             else:
                 frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
         frames.append(frame)

@@ -7,9 +7,10 @@ into another machine's ``results/runs``.
   packer's mnistbench and schema versions, the cells per status and per schema version, and
   every other member with its size and SHA-256;
 - ``runs/{env}/...``: the environment's files as the study wrote them: each complete cell's
-  ``{experiment}/{cell}/`` files (``summary.json``, ``epochs.csv``, ``resources.csv``) and any
-  file of the environment itself (e.g. ``collect_env.txt``). Incomplete cells (no
-  ``summary.json``) and hidden files are left out.
+  ``{experiment}/{cell}/`` files (:data:`CELL_FILES`: ``summary.json``, ``epochs.csv``,
+  ``resources.csv``) and the environment's own (:data:`ENV_FILES`: ``collect_env.txt``).
+  Incomplete cells (no ``summary.json``), hidden files and any other file (named in a log
+  line) are left out; every cell must be valid (:func:`mnistbench.results.validate.read_cell`).
 
 :func:`unpack` trusts nothing in the archive. Before anything lands in ``results/runs`` it
 checks that
@@ -17,7 +18,8 @@ checks that
 - every member is a regular file or a folder (no symbolic or hard link, device file, FIFO
   or sparse file), named by a relative path under ``runs/{env}/`` whose every part is a plain
   name (``[A-Za-z0-9._-]``, no ``..``, no hidden or absolute name), at most
-  :data:`MAX_DEPTH` parts deep, each name once;
+  :data:`MAX_DEPTH` parts deep, each name once, and every file one of the results'
+  (:data:`CELL_FILES` in a cell's folder, :data:`ENV_FILES` in the environment's);
 - the sizes stay within :class:`Limits` (members, bytes per member, bytes in all: an archive
   cannot fill the disk);
 - the manifest comes first, is of a format and archive version this mnistbench reads, names
@@ -25,8 +27,9 @@ checks that
   SHA-256 its content has (a truncated or altered member fails here);
 - the schema version is one the aggregate reads (1 to
   :data:`mnistbench.core.schema.SCHEMA_VERSION`; older versions merge with the fields added since
-  empty), and the cells aggregate (:func:`mnistbench.results.aggregate.aggregate`: every
-  ``summary.json`` readable, in its right folder, its CSVs well formed);
+  empty), every cell is valid (:func:`mnistbench.results.validate.read_cell`: strict JSON,
+  every field of its type and range, its counts and files as its params say) and the cells
+  aggregate (:func:`mnistbench.results.aggregate.aggregate`);
 - the environment is not in ``results/runs`` yet, unless ``replace`` is given.
 
 It extracts into a hidden staging folder inside ``results/runs`` (which neither the aggregate
@@ -60,8 +63,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mnistbench import __version__
-from mnistbench.results import aggregate
 from mnistbench.core import atomic, schema, study
+from mnistbench.results import aggregate, validate
 
 #: The archive's first member: what it holds, with sizes and checksums.
 MANIFEST = "mnistbench-archive.json"
@@ -76,6 +79,14 @@ MAX_DEPTH = 5
 #: The default archive name for an environment.
 SUFFIX = ".mnistbench.tar.gz"
 
+#: The files of a cell folder (``runs/{env}/{experiment}/{cell}/``): an archive holds no other.
+CELL_FILES = (schema.SUMMARY_FILE, schema.EPOCHS_FILE, schema.RESOURCES_FILE)
+#: The files of an environment folder (``runs/{env}/``): torch's collect_env report
+#: (mnistbench.measure.hardware.COLLECT_ENV_FILE; results/ may not import measure/).
+ENV_FILES = ("collect_env.txt",)
+#: Files read whole into memory by the readers, capped at :attr:`Limits.small_bytes`.
+SMALL_FILES = (schema.SUMMARY_FILE, *ENV_FILES)
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
 
@@ -89,6 +100,8 @@ class Limits:
     member_bytes: int = 512 << 20
     total_bytes: int = 4 << 30
     manifest_bytes: int = 64 << 20
+    #: summary.json and collect_env.txt (a few KB each as the trainer writes them).
+    small_bytes: int = 4 << 20
 
 
 #: The limits of :func:`unpack` unless told otherwise.
@@ -152,12 +165,14 @@ def pack(runs: Path, env: str, out: Path | None = None, *,
     versions: Counter[int] = Counter()
     for path in cells:
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            statuses[str(data["status"])] += 1
-            versions[int(data["schema_version"])] += 1
-        except (OSError, ValueError, TypeError, KeyError) as exc:
-            raise ArchiveError(f"cannot read {path}: {exc}. Delete that cell folder and run "
-                               "the cell again, then pack.") from None
+            cell = validate.read_cell(path.parent)
+        except validate.CellError as exc:
+            raise ArchiveError(f"{exc} Then pack again.") from None
+        if not cell.valid:
+            raise ArchiveError(f"{path.parent} is invalid: {cell.why()}. An archive carries "
+                               f"only checked results: {validate.FIX}, then pack again.")
+        statuses[cell.status] += 1
+        versions[cell.version] += 1
     entries = {}
     for path in files:
         name = "/".join((RUNS_DIR, env, *path.relative_to(root).parts))
@@ -216,9 +231,15 @@ def _environment_files(root: Path, log) -> list[Path]:
                     "it by the file it points to, or move it out of the environment folder.")
         if depth >= 2:
             dirnames[:] = []  # a cell's files only
+        known = ENV_FILES if depth == 0 else CELL_FILES if depth == 2 else ()
         for name in sorted(filenames):
             path = here / name
             if name.startswith("."):
+                continue
+            if name not in known:
+                if log is not None and depth != 1:
+                    log(f"leaving out {path}: not a results file (an archive holds "
+                        f"{', '.join(CELL_FILES)} of each cell and {', '.join(ENV_FILES)})")
                 continue
             if not path.is_file():
                 raise ArchiveError(
@@ -228,8 +249,6 @@ def _environment_files(root: Path, log) -> list[Path]:
                 raise ArchiveError(
                     f"{path}: an archived file name may use only A-Z a-z 0-9 . _ -; rename "
                     "or remove it and pack again.")
-            if depth == 1:  # experiment level: no file of the study lives here
-                continue
             out.append(path)
     return sorted(out)
 
@@ -439,15 +458,22 @@ def _check_header(member: tarfile.TarInfo, name: str, limits: Limits) -> None:
         return
     if parts[0] != RUNS_DIR or len(parts) < 2:
         raise ArchiveError(f"{what} lies outside {RUNS_DIR}/ENV/; refused.")
-    if len(parts) > MAX_DEPTH:
+    if len(parts) > MAX_DEPTH or (member.isdir() and len(parts) == MAX_DEPTH):
         raise ArchiveError(f"{what} is deeper than {RUNS_DIR}/ENV/EXPERIMENT/CELL/FILE; "
                            "refused.")
     if member.isfile():
         if len(parts) < 3:
             raise ArchiveError(f"{what}: a file directly in {RUNS_DIR}/; refused.")
-        if member.size > limits.member_bytes:
+        known = {3: ENV_FILES, 5: CELL_FILES}.get(len(parts), ())
+        if parts[-1] not in known:
+            raise ArchiveError(
+                f"{what} is not a file of the results: an archive holds only "
+                f"{', '.join(CELL_FILES)} in a cell's folder ({RUNS_DIR}/ENV/EXPERIMENT/CELL/) "
+                f"and {', '.join(ENV_FILES)} in the environment's ({RUNS_DIR}/ENV/); refused.")
+        cap = limits.small_bytes if parts[-1] in SMALL_FILES else limits.member_bytes
+        if member.size > cap:
             raise ArchiveError(f"{what} holds {member.size} bytes, more than the "
-                               f"{limits.member_bytes} a results file may; refused.")
+                               f"{cap} a results file {parts[-1]} may; refused.")
 
 
 def _read_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str,
@@ -463,7 +489,7 @@ def _read_manifest(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str,
     if len(raw) != member.size:
         raise ArchiveError(f"{what} is truncated: {len(raw)} of {member.size} bytes.")
     try:
-        data = json.loads(raw.decode("utf-8"))
+        data = validate.loads_strict(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ArchiveError(f"{what} is not valid JSON: {exc}.") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -559,18 +585,28 @@ def _check_cells(staging: Path, env: str, name: str) -> Unpacked:
     if not cells:
         raise ArchiveError(f"{name} holds no cell of {env!r}.")
     prefix = f"{staging}{os.sep}"
+    statuses: Counter[str] = Counter()
+    versions: Counter[int] = Counter()
+    for folder in cells:
+        member = "/".join(folder.relative_to(staging).parts)
+        try:
+            cell = validate.read_cell(folder)
+        except validate.CellError as exc:
+            message = str(exc).replace(prefix, "")
+            raise ArchiveError(f"{name}: its cells do not aggregate: {message}") from None
+        if not cell.valid:
+            raise ArchiveError(
+                f"{name}: cell {member}/ is invalid: {cell.why()}. Refused: results enter "
+                "only whole and checked; on the machine that measured it, delete that cell "
+                "folder, run the cell again and pack again.")
+        statuses[cell.status] += 1
+        versions[cell.version] += 1
     with tempfile.TemporaryDirectory(prefix=".tables-", dir=staging) as tables:
         try:
             aggregate.aggregate(runs, Path(tables))
         except aggregate.AggregateError as exc:
             message = str(exc).replace(prefix, "")
             raise ArchiveError(f"{name}: its cells do not aggregate: {message}") from None
-    statuses: Counter[str] = Counter()
-    versions: Counter[int] = Counter()
-    for cell in cells:
-        data = json.loads((cell / schema.SUMMARY_FILE).read_text(encoding="utf-8"))
-        statuses[data["status"]] += 1
-        versions[data["schema_version"]] += 1
     return Unpacked(env=env, path=None, cells=len(cells), statuses=dict(sorted(statuses.items())),
                     schema_versions=dict(sorted(versions.items())), replaced=False)
 

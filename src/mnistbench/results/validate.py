@@ -1,0 +1,604 @@
+"""The one reader of a finished cell: its three files, parsed strictly and checked against
+the schema where results enter. :func:`mnistbench.results.aggregate.aggregate` (and through it
+``report``, whose tables it writes), :func:`mnistbench.results.archive.unpack` and
+:func:`mnistbench.publish.read_cells` read cells only through :func:`read_cell`.
+
+What is checked, in two tiers:
+
+- **The cell cannot be placed** (:class:`CellError`): ``summary.json`` is missing its
+  structure: unreadable, not JSON, not an object, of a schema version this mnistbench does
+  not read, without one of the top keys or sections, with keys the schema does not know, an
+  unknown status, without a param, or with an identity the tables cannot file it under (env,
+  experiment and cell that disagree with its folder; no device, precision or loader; a batch
+  size or repeat that is not a whole number). The file is not a summary this schema reads,
+  so the aggregate refuses, naming the file and the fix.
+- **The cell is invalid** (:attr:`Cell.problems`): its structure is sound but a value is not
+  what its field holds: a non-JSON number (``NaN``, ``Infinity``, ``-Infinity``, ``1e999``); a
+  wrong type (a string in a numeric field, a boolean as a number, a list); a value out of
+  its range (:data:`SPECS`: times, counts, rates, memory, power and energy 0 or more,
+  accuracies and GPU utilisation 0 to 100, losses 0 or more, a learning rate above 0,
+  ``train_limit`` up to 60000); an ``ok`` cell without a headline figure, without
+  ``epochs.csv`` or ``resources.csv`` (or with an empty one), whose epoch rows are not
+  numbered 1 to ``params.epochs``, or whose counts disagree (``steps_per_epoch`` and the
+  rows' steps, ``best_epoch`` past the epochs, more samples than steps times the batch size,
+  more steps than ``max_steps``, a best accuracy below the final one, an end before the
+  start); a CSV with a damaged header, a cut line or a non-numeric value. Each problem names
+  the file, the field (or line and column) and the value.
+
+An invalid cell is a visible result, never a finding: the aggregate files it with status
+``failed`` and the reason ``invalid result (recorded status ok): summary.json
+results.final_test_acc is 140.0, expected a number 0 to 100; ...``, its result fields empty
+and none of its epoch or resource rows, so no table, statistic or chart uses its values;
+``publish`` counts it as failed, and ``unpack`` refuses an archive that holds one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from mnistbench.core import schema
+
+#: The MNIST splits' sizes (the training and test samples a cell can use at most).
+TRAIN_SAMPLES = 60_000
+TEST_SAMPLES = 10_000
+
+SECTIONS: dict[str, Mapping[str, tuple[str, str]]] = {
+    "params": schema.PARAM_FIELDS,
+    "env": schema.ENV_FIELDS,
+    "timing": schema.TIMING_FIELDS,
+    "results": schema.RESULT_FIELDS,
+}
+TOP_KEYS = ("schema_version", "status", "reason", *SECTIONS)
+#: The status an invalid cell is filed under, and the start of its reason.
+INVALID_STATUS = "failed"
+INVALID_PREFIX = "invalid result"
+FIX = ("delete that cell folder and run the cell again (or run the workflow again, which "
+       "reruns missing cells)")
+#: Problems an invalid cell's reason lists before "and N more".
+SHOWN_PROBLEMS = 4
+
+
+class CellError(Exception):
+    """A cell folder whose ``summary.json`` cannot be read as a cell of this schema; the
+    message is one paragraph naming the file and the fix."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What each field holds
+@dataclass(frozen=True)
+class Spec:
+    """What one field may hold: ``kind`` ``int`` (a whole number), ``number`` (a finite
+    number), ``flag`` (true or false), ``time`` (an ISO 8601 date-time) or ``text`` (any JSON
+    scalar: it is shown, never computed with), with an optional range; null (or an empty
+    CSV value) always passes here, :data:`OK_REQUIRED` says where an ok cell needs one."""
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    above: bool = False  # low itself is excluded
+
+    def expected(self) -> str:
+        what = {"int": "a whole number", "number": "a finite number", "flag": "true or false",
+                "time": "an ISO 8601 date-time", "text": "a JSON string or scalar"}[self.kind]
+        if self.low is not None and self.high is not None:
+            return f"{what} {_num(self.low)} to {_num(self.high)}"
+        if self.low is not None:
+            return (f"{what} above {_num(self.low)}" if self.above
+                    else f"{what} {_num(self.low)} or more")
+        return what
+
+    def accepts(self, value: object) -> bool:
+        """Whether ``value`` (a parsed JSON value, or a CSV number) fits; None always does."""
+        if value is None:
+            return True
+        if self.kind == "text":
+            return isinstance(value, str | bool | int) or (
+                isinstance(value, float) and math.isfinite(value))
+        if self.kind == "flag":
+            return isinstance(value, bool)
+        if self.kind == "time":
+            return isinstance(value, str) and _is_iso(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        if self.kind == "int" and not isinstance(value, int):
+            return False
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value < self.low or (self.above and value == self.low)):
+            return False
+        return self.high is None or value <= self.high
+
+
+def _num(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _is_iso(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+#: Specs by unit (schema.py's units), for fields without one of their own in _BY_NAME.
+_BY_UNIT = {
+    "s": Spec("number", 0), "samples/s": Spec("number", 0), "MiB": Spec("number", 0),
+    "GiB": Spec("number", 0), "W": Spec("number", 0), "J": Spec("number", 0),
+    "MHz": Spec("number", 0), "samples": Spec("int", 0), "steps": Spec("int", 0),
+    "%": Spec("number", 0, 100), "ISO 8601": Spec("time"), "": Spec("text"),
+}
+_PERCENT_OF_A_CORE = Spec("number", 0)  # 100 = one core: a busy cell passes 100
+#: (section, field) -> its spec, where the unit's does not say enough.
+_BY_NAME: dict[tuple[str, str], Spec] = {
+    ("params", "repeat"): Spec("int", 0),
+    ("params", "batch_size"): Spec("int", 1),
+    ("params", "epochs"): Spec("int", 1),
+    ("params", "lr"): Spec("number", 0, above=True),
+    ("params", "seed"): Spec("int", 0),
+    ("params", "threads"): Spec("int", 0),
+    ("params", "workers"): Spec("int", 0),
+    ("params", "pin_memory"): Spec("flag"),
+    ("params", "cuda_graphs"): Spec("flag"),
+    ("params", "cudnn_benchmark"): Spec("flag"),
+    ("params", "max_batch"): Spec("flag"),
+    ("params", "train_limit"): Spec("int", 0, TRAIN_SAMPLES),
+    ("params", "test_limit"): Spec("int", 0, TEST_SAMPLES),
+    ("params", "sample_interval"): Spec("number", 0, above=True),
+    ("env", "cpu_cores_logical"): Spec("int", 0),
+    ("env", "cpu_cores_physical"): Spec("int", 0),
+    ("env", "torch_threads"): Spec("int", 0),
+    ("env", "gpu_count"): Spec("int", 0),
+    ("results", "cpu_pct_mean"): _PERCENT_OF_A_CORE,
+    ("results", "cpu_pct_peak"): _PERCENT_OF_A_CORE,
+    ("results", "system_load_mean"): Spec("number", 0),
+    # The machine's load less this cell's own share: a little below 0 when the two samples
+    # disagree (the published study has -1.8).
+    ("results", "others_load_mean"): Spec("number"),
+    ("results", "busy"): Spec("flag"),
+    ("results", "best_epoch"): Spec("int", 1),
+    ("results", "final_test_loss"): Spec("number", 0),
+    ("results", "final_train_loss"): Spec("number", 0),
+    ("epochs", "epoch"): Spec("int", 1),
+    ("epochs", "train_loss"): Spec("number", 0),
+    ("epochs", "test_loss"): Spec("number", 0),
+    ("resources", "proc_cpu_pct"): _PERCENT_OF_A_CORE,
+    ("resources", "sys_cpu_pct"): Spec("number", 0),
+}
+_TABLES: dict[str, Mapping[str, tuple[str, str]]] = {
+    **SECTIONS, "epochs": schema.EPOCH_COLUMNS, "resources": schema.RESOURCE_COLUMNS}
+#: section -> field -> Spec, for every field of the schema.
+SPECS: dict[str, dict[str, Spec]] = {
+    section: {name: _BY_NAME.get((section, name), _BY_UNIT[unit])
+              for name, (unit, _) in fields.items()}
+    for section, fields in _TABLES.items()}
+
+#: Fields an ok cell must have a value in (the figures its epochs give).
+OK_REQUIRED = {
+    "results": ("epoch_s_median", "epoch_s_mean", "train_s_median", "total_s", "data_s",
+                "forward_s", "backward_s", "optimizer_s", "eval_s", "steps_per_epoch",
+                "final_test_acc", "best_test_acc", "best_epoch", "final_test_loss",
+                "final_train_loss"),
+    "timing": ("started_at", "ended_at", "start_unix", "end_unix", "timed_s"),
+}
+#: CSV columns every row must have a value in.
+ROW_REQUIRED = {
+    "epochs": tuple(c for c in schema.EPOCH_COLUMNS if c != "samples_per_s"),
+    "resources": ("t_s", "stage"),
+}
+_CSV_FILES = {"epochs": schema.EPOCHS_FILE, "resources": schema.RESOURCES_FILE}
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict JSON
+class _NotJson:
+    """A token json.loads takes but JSON does not have (NaN, Infinity, -Infinity, or a
+    number too large for a float such as 1e999), kept to name it."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def __repr__(self) -> str:
+        return self.token
+
+
+def _parse_float(text: str) -> float | _NotJson:
+    value = float(text)
+    return value if math.isfinite(value) else _NotJson(text)
+
+
+def loads_lenient(text: str) -> object:
+    """``text`` parsed as JSON, with each non-JSON number (NaN, Infinity, -Infinity, 1e999)
+    kept as a marker that :func:`not_json` finds, so the caller can name where it was."""
+    return json.loads(text, parse_constant=_NotJson, parse_float=_parse_float)
+
+
+def not_json(data: object, path: str = "") -> list[tuple[str, str]]:
+    """(dotted path, token) of every non-JSON number in what :func:`loads_lenient` gave."""
+    if isinstance(data, _NotJson):
+        return [(path or "(the document)", data.token)]
+    found: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            found += not_json(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            found += not_json(value, f"{path}[{index}]")
+    return found
+
+
+def loads_strict(text: str) -> object:
+    """``text`` parsed as strict JSON: raises ValueError naming the first NaN, Infinity,
+    -Infinity or out-of-range number (1e999) and where it is (json.loads takes them)."""
+    data = loads_lenient(text)
+    bad = not_json(data)
+    if bad:
+        where, token = bad[0]
+        raise ValueError(f"{where} is {token}, which is not JSON (a JSON number is finite)")
+    return data
+
+
+def read_json_strict(path: Path) -> object:
+    """The strict JSON of the regular file at ``path`` (ValueError, or OSError, otherwise)."""
+    _require_regular(path)
+    return loads_strict(Path(path).read_text(encoding="utf-8"))
+
+
+def _require_regular(path: Path) -> None:
+    """Raise OSError when ``path`` exists but is not a regular file (opening a FIFO would
+    hang, a folder fails with a vaguer error)."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise IsADirectoryError(0, f"not a regular file but {file_kind(mode)}", str(path))
+
+
+def file_kind(mode: int) -> str:
+    """What the file of ``mode`` (``os.stat``'s ``st_mode``) is, in words."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+# ---------------------------------------------------------------------------------------------
+# The cell
+@dataclass
+class Cell:
+    """One cell as read: its recorded ``status`` and ``reason``, the four sections, its CSV
+    rows (values as written, in schema column order) and ``problems``: why it is invalid
+    (empty when it is valid)."""
+
+    folder: Path
+    key: tuple[str, str, str]
+    status: str
+    reason: str
+    version: int
+    sections: dict[str, dict]
+    epochs: list[list[str]] = field(default_factory=list)
+    resources: list[list[str]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    #: (section, field) of every value found bad, left empty in the tables.
+    bad_fields: set[tuple[str, str]] = field(default_factory=set)
+
+    @property
+    def params(self) -> dict:
+        return self.sections["params"]
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    @property
+    def table_status(self) -> str:
+        """The status the tables file it under: ``failed`` for an invalid cell."""
+        return self.status if self.valid else INVALID_STATUS
+
+    @property
+    def table_reason(self) -> str:
+        """The reason the tables show: for an invalid cell, what is wrong and the fix."""
+        if self.valid:
+            return self.reason
+        return f"{INVALID_PREFIX} (recorded status {self.status}): {self.why()}; {FIX}"
+
+    def why(self) -> str:
+        """The problems, the first :data:`SHOWN_PROBLEMS` of them and how many more."""
+        shown = "; ".join(self.problems[:SHOWN_PROBLEMS])
+        more = len(self.problems) - SHOWN_PROBLEMS
+        return shown + (f"; and {more} more" if more > 0 else "")
+
+    def table_sections(self) -> dict[str, dict]:
+        """The sections as the tables show them: an invalid cell's bad values and all its
+        results left empty."""
+        if self.valid:
+            return self.sections
+        out = {}
+        for name, block in self.sections.items():
+            out[name] = {k: (None if name == "results" or (name, k) in self.bad_fields else v)
+                         for k, v in block.items()}
+        return out
+
+
+def read_cell(folder: Path) -> Cell:
+    """Read and check the cell in ``folder`` (``RUNS/ENV/EXPERIMENT/CELL``). Raises
+    :class:`CellError` when its ``summary.json`` cannot be placed (see the module's
+    docstring); returns the cell, with :attr:`Cell.problems` listing what is invalid."""
+    folder = Path(folder)
+    path = folder / schema.SUMMARY_FILE
+    try:
+        _require_regular(path)
+        data = loads_lenient(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise CellError(f"cannot read {path}: {why}. The file is corrupt or truncated: "
+                        f"{FIX}.") from None
+    if not isinstance(data, dict):
+        raise CellError(f"{path} is not a JSON object but {type(data).__name__}: {FIX}.")
+    problems = [f"{schema.SUMMARY_FILE} {where} is {token}, which is not JSON (a JSON number "
+                "is finite)" for where, token in not_json(data)]
+    bad = {tuple(where.split(".", 1)) for where, _ in not_json(data) if "." in where}
+    data = _without_markers(data)
+    version = _check_structure(path, data)
+    cell = Cell(folder=folder, key=(folder.parent.parent.name, folder.parent.name, folder.name),
+                status=data["status"], reason="" if data["reason"] is None else str(data["reason"]),
+                version=version, sections={name: data[name] for name in SECTIONS},
+                problems=problems, bad_fields={b for b in bad if len(b) == 2})
+    _check_values(cell)
+    read = {table: _read_rows(cell, table) for table in _CSV_FILES}
+    _check_agreement(cell, epochs_read=read["epochs"])
+    return cell
+
+
+def _without_markers(data: object) -> object:
+    if isinstance(data, _NotJson):
+        return None
+    if isinstance(data, dict):
+        return {k: _without_markers(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_without_markers(v) for v in data]
+    return data
+
+
+def _check_structure(path: Path, data: dict) -> int:
+    """Refuse (CellError) a summary the tables cannot place; its schema version."""
+    version = data.get("schema_version")
+    if type(version) is not int or not 1 <= version <= schema.SCHEMA_VERSION:
+        raise CellError(
+            f"{path} has schema_version {version!r}, but this mnistbench reads schema versions "
+            f"1 to {schema.SCHEMA_VERSION}. Aggregate it with the mnistbench version that "
+            "wrote it (or a later one), or rerun the cell with this version.")
+    missing = [k for k in TOP_KEYS if k not in data]
+    if missing:
+        raise CellError(f"{path} lacks the key(s) {', '.join(missing)} (expected "
+                        f"{', '.join(TOP_KEYS)}): {FIX}.")
+    status = data["status"]
+    if status not in schema.STATUSES:
+        raise CellError(f"{path} has status {status!r}; allowed: "
+                        f"{', '.join(schema.STATUSES)}: {FIX}.")
+    for name, fields in SECTIONS.items():
+        block = data[name]
+        if not isinstance(block, dict):
+            raise CellError(f"{path}: {name!r} must be a JSON object, got "
+                            f"{type(block).__name__}: {FIX}.")
+        unknown = sorted(set(block) - set(fields))
+        if unknown:
+            raise CellError(
+                f"{path}: unknown {name} key(s) {', '.join(unknown)}; allowed: "
+                f"{', '.join(fields)}. The trainer and mnistbench.core.schema disagree: add the "
+                "field to schema.py (and bump SCHEMA_VERSION) or rerun the cell.")
+        # params identify the cell and ok cells must be complete; the other blocks of a
+        # cell that did not run may leave fields out (read as empty).
+        if name == "params" or (status == "ok" and name != "env"):
+            absent = [k for k in fields
+                      if k not in block and schema.ADDED_IN.get(k, 1) <= version]
+            if absent:
+                raise CellError(f"{path}: {name} lacks {', '.join(absent)}: {FIX}.")
+    params = data["params"]
+    cell_dir = path.parent
+    ids = (cell_dir.parent.parent.name, cell_dir.parent.name, cell_dir.name)
+    for key, folder in zip(schema.ID_COLUMNS, ids, strict=True):
+        if str(params[key]) != folder:
+            raise CellError(
+                f"{path} says {key} {params[key]!r} but lives in folder {folder!r}. Cells must "
+                f"sit at RUNS/ENV/EXPERIMENT/CELL matching their params: move the folder to "
+                f"the matching place or rerun the cell there.")
+    for key in ("device", "precision", "loader"):
+        value = params[key]
+        if not isinstance(value, str) or not value.strip():
+            raise CellError(
+                f"{path}: params.{key} is {value!r}, but every cell needs a {key} (with "
+                "device and precision it names the cell's series in every table and chart): "
+                f"{FIX}.")
+    for key, low in (("batch_size", 1), ("repeat", 0)):
+        value = params[key]
+        if type(value) is not int or value < low:
+            raise CellError(
+                f"{path}: params.{key} is {value!r}, but every cell needs a whole number "
+                f"{low} or more there: {FIX}.")
+    return version
+
+
+def _check_values(cell: Cell) -> None:
+    """Every field's type and range; an ok cell's headline figures present."""
+    for name, block in cell.sections.items():
+        specs = SPECS[name]
+        for key, value in block.items():
+            spec = specs[key]
+            if (name, key) in cell.bad_fields:
+                continue
+            if not spec.accepts(value):
+                cell.bad_fields.add((name, key))
+                cell.problems.append(f"{schema.SUMMARY_FILE} {name}.{key} is {_show(value)}, "
+                                     f"expected {spec.expected()}")
+    if cell.status == "ok":
+        for name, keys in OK_REQUIRED.items():
+            for key in keys:
+                block = cell.sections[name]
+                if (key in block or schema.ADDED_IN.get(key, 1) <= cell.version) and \
+                        block.get(key) is None and (name, key) not in cell.bad_fields:
+                    cell.bad_fields.add((name, key))
+                    cell.problems.append(f"{schema.SUMMARY_FILE} {name}.{key} is empty, but "
+                                         "an ok cell has one")
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value, allow_nan=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _read_rows(cell: Cell, table: str) -> bool:
+    """Read the rows of the cell's epochs.csv or resources.csv (in schema column order) into
+    the cell, each value checked; an ok cell needs both files, non-empty. Whether the file
+    was read whole (a problem recorded otherwise; absent or empty counts as read for a cell
+    that is not ok)."""
+    name = _CSV_FILES[table]
+    path = cell.folder / name
+    columns = list(_TABLES[table])
+    try:
+        _require_regular(path)
+        with path.open(encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None:
+                if cell.status == "ok":
+                    cell.problems.append(f"{name} is empty, but an ok cell has its header "
+                                         + ("and one row per epoch" if table == "epochs"
+                                            else "and its samples"))
+                    return False
+                return True
+            if sorted(header) != sorted(columns):
+                missing = [c for c in columns if c not in header]
+                extra = [c for c in header if c not in columns]
+                cell.problems.append(
+                    f"{name} has an unexpected header (missing: {', '.join(missing) or '-'}; "
+                    f"unknown: {', '.join(extra) or '-'}; expected: {', '.join(columns)})")
+                return False
+            order = [header.index(c) for c in columns]
+            rows = []
+            for line_no, record in enumerate(reader, start=2):
+                if not record:
+                    continue
+                if len(record) != len(header):
+                    cell.problems.append(f"{name} line {line_no} has {len(record)} fields, "
+                                         f"expected {len(header)} (truncated or damaged)")
+                    return False
+                row = [record[i] for i in order]
+                if not _check_row(cell, table, name, line_no, row):
+                    return False
+                rows.append(row)
+    except FileNotFoundError:
+        if cell.status == "ok":
+            cell.problems.append(f"{name} is missing, but an ok cell has one")
+            return False
+        return True
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        cell.problems.append(f"cannot read {name}: {why}")
+        return False
+    setattr(cell, table, rows)
+    return True
+
+
+def _check_row(cell: Cell, table: str, name: str, line_no: int, row: list[str]) -> bool:
+    """Whether one CSV row's every value fits its column (else the problem is recorded)."""
+    specs = SPECS[table]
+    for column, text in zip(_TABLES[table], row, strict=True):
+        spec = specs[column]
+        if text == "":
+            if column in ROW_REQUIRED[table]:
+                cell.problems.append(f"{name} line {line_no} column {column} is empty")
+                return False
+            continue
+        value = parse_csv_number(text, spec.kind) if spec.kind in ("int", "number") else text
+        if value is None or not spec.accepts(value):
+            cell.problems.append(f"{name} line {line_no} column {column} is {text[:40]!r}, "
+                                 f"expected {spec.expected()}")
+            return False
+    return True
+
+
+def parse_csv_number(text: str, kind: str = "number") -> int | float | None:
+    """The number a CSV value spells (``int``: digits only), or None where it spells none:
+    words, ``nan``, ``inf``, ``1e999``, digit groups (``1_000``)."""
+    text = text.strip()
+    if kind == "int":
+        return int(text) if _INT.fullmatch(text) else None
+    if not _FLOAT.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _check_agreement(cell: Cell, *, epochs_read: bool) -> None:
+    """Counts that must agree with the params, for the rows and results as read."""
+    good = cell.table_sections() if cell.bad_fields else cell.sections
+    params, results, timing = good["params"], cell.sections["results"], good["timing"]
+    if cell.bad_fields:  # the results' good values only (table_sections empties them all)
+        results = {k: (None if ("results", k) in cell.bad_fields else v)
+                   for k, v in results.items()}
+    epochs = params.get("epochs")
+    if cell.epochs:
+        numbers = [int(row[0]) for row in cell.epochs]
+        if numbers != list(range(1, len(numbers) + 1)):
+            cell.problems.append(f"{schema.EPOCHS_FILE} numbers its epochs "
+                                 f"{_list(numbers)}, expected 1 to {len(numbers)} in order")
+        elif cell.status != "ok" and isinstance(epochs, int) and len(numbers) > epochs:
+            cell.problems.append(f"{schema.EPOCHS_FILE} has {len(numbers)} epoch rows, more "
+                                 f"than params.epochs {epochs}")
+        columns = list(schema.EPOCH_COLUMNS)
+        steps_at, samples_at = columns.index("steps"), columns.index("samples")
+        batch, cap = params["batch_size"], params.get("max_steps")
+        for row in cell.epochs:
+            steps, samples = int(row[steps_at]), int(row[samples_at])
+            if samples > steps * batch:
+                cell.problems.append(
+                    f"{schema.EPOCHS_FILE} epoch {row[0]} has {samples} samples in {steps} "
+                    f"steps, more than steps x params.batch_size {batch}")
+                break
+            if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 and steps > cap:
+                cell.problems.append(f"{schema.EPOCHS_FILE} epoch {row[0]} has {steps} steps, "
+                                     f"more than params.max_steps {cap}")
+                break
+    if cell.status != "ok":
+        return
+    if epochs_read and isinstance(epochs, int) and len(cell.epochs) != epochs:
+        cell.problems.append(f"{schema.EPOCHS_FILE} has {len(cell.epochs)} epoch rows, but "
+                             f"params.epochs is {epochs}")
+    steps = results.get("steps_per_epoch")
+    if cell.epochs and isinstance(steps, int) and steps != int(cell.epochs[0][1]):
+        cell.problems.append(f"{schema.SUMMARY_FILE} results.steps_per_epoch is {steps}, but "
+                             f"{schema.EPOCHS_FILE} epoch 1 has {cell.epochs[0][1]} steps")
+    best = results.get("best_epoch")
+    if isinstance(best, int) and isinstance(epochs, int) and best > epochs:
+        cell.problems.append(f"{schema.SUMMARY_FILE} results.best_epoch is {best}, past "
+                             f"params.epochs {epochs}")
+    final, top = results.get("final_test_acc"), results.get("best_test_acc")
+    if _both_numbers(final, top) and top < final:
+        cell.problems.append(f"{schema.SUMMARY_FILE} results.best_test_acc {top} is below "
+                             f"results.final_test_acc {final}")
+    start, end = timing.get("start_unix"), timing.get("end_unix")
+    if _both_numbers(start, end) and end < start:
+        cell.problems.append(f"{schema.SUMMARY_FILE} timing.end_unix {end} is before "
+                             f"timing.start_unix {start}")
+
+
+def _both_numbers(a: object, b: object) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+
+
+def _list(numbers: list[int]) -> str:
+    shown = ", ".join(map(str, numbers[:8]))
+    return shown + (", ..." if len(numbers) > 8 else "")
