@@ -48,13 +48,14 @@ def test_headline_matches_the_data_and_shows_the_blogs_figures(full):
     gpu = conv[(conv["device"] == "cuda") & (conv["loader"] == "resident")]["epoch_s_median"]
     est = stats.ratio_ci(cpu, gpu)
     assert fmt.num(est.value, 3, "×") in html
-    assert f"95 % CI {fmt.num(est.low, 3)}–{fmt.num(est.high, 3)} ×" in html
+    assert f"{fmt.num(est.low, 3)}–{fmt.num(est.high, 3)} ×" in html
+    assert f"range of {est.n} runs a side" in html  # 3 runs a side cannot give 95 %
     aside = html[html.index('<aside class="blog'):html.index("</aside>")]
     assert "another machine" in aside
     for figure in ("58.7 s per epoch", "5.2 s per epoch", "11.3 ×", "i7-12700K", "RTX 4090"):
         assert figure in aside
     assert "5.20 s" not in aside
-    assert "min–max, 75 % coverage" in html  # 3 repeats: min-max interval, said so
+    assert "range of 3 runs: " in html and "75 % coverage" in html  # 3 repeats: said so
 
 
 def _checks(html: str) -> dict[str, tuple[str, str]]:
@@ -95,7 +96,7 @@ def test_blog_checks_compute_their_verdicts(tenfold):
                     "with tuned code"):
         verdict, text = checks[f"11.3 ×, {variant}"]
         assert verdict in (blog.CONFIRMED, blog.CONTRADICTED), variant
-        assert "95 % CI" in text and "11.3 × is" in text
+        assert "range of 3 runs a side" in text and "11.3 × is" in text
     assert checks["The accuracy gap"][0] in blog.VERDICTS
     assert "seed-to-seed spread" in checks["The accuracy gap"][1]
     cpu_epoch = checks["The CPU epoch on the blog's hardware"]

@@ -44,7 +44,7 @@ def test_findings_state_speedup_phase_cost_accuracy_and_hardware(tenfold):
     text = visible(findings)
     assert "the GPU trains an epoch faster than the CPU by" in text
     for loader in ("dataloader", "resident"):
-        assert f"with the {loader} loader (95 % CI" in text
+        assert f"with the {loader} loader (range of" in text
     assert "explains most of it" in text and "per epoch on the CPU against" in text
     assert re.search(r"costs [\d.,]+ EUR on the CPU and [\d.,]+ EUR on the GPU", text)
     assert "pays for itself after" in text

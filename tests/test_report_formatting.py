@@ -52,7 +52,7 @@ def test_break_even_runs_and_table_ratios():
     assert fmt.runs(1234.4) == "1,234 runs"
     assert fmt.ratio_parts(None) == ("–", "")
     clear = stats.Estimate(1.4, 1.3, 1.5, 6, 0.95, "bootstrap")
-    assert fmt.ratio_parts(clear) == ("1.40 ×", "95 % CI 1.30–1.50 ×")
+    assert fmt.ratio_parts(clear) == ("1.40 ×", "95 % CI 1.30–1.50 ×, 6 runs")
 
 
 def test_readable_command_quotes_only_where_a_shell_needs_it():

@@ -48,7 +48,7 @@ def test_one_epoch_study_says_one_epoch(quick):
 def test_one_repeat_says_there_is_no_interval(tmp_path):
     """With one repeat the report shows no interval and says why."""
     html = render(results_of(tmp_path, repeats=1, batch_sizes=(128,), convergence_epochs=2))
-    assert "no interval: 1 repeat" in html
+    assert "no interval: 1 run" in html
     assert "Rows with one repeat have no confidence interval" in html
     assert "95 % CI" not in html
 
@@ -86,7 +86,7 @@ def test_two_machines_side_by_side_with_hostile_host_names(tmp_path):
 def test_loader_gain_carries_its_interval(full):
     """"resident is faster by" gives its interval beside the ratio."""
     table = section_of(full["html"], "phases").split("resident is faster by")[1]
-    assert re.search(r"[\d.]+ ×<br><small>(95 % CI|[\d.]+–)", table)
+    assert re.search(r"[\d.]+ ×<br><small>(95 % CI|range of \d+ runs|[\d.]+–)", table)
 
 
 def test_convergence_and_resource_tables_summarise_repeats(full):
@@ -137,7 +137,7 @@ def test_tips_section_reads_the_tip_column(tenfold):
     assert rows["pin_memory"].count("n/a") == 1 and "only speeds up copies to a GPU" in \
         rows["pin_memory"]
     assert "cuDNN is NVIDIA's GPU library" in rows["cudnn.benchmark"]
-    assert "95 % CI" in rows["workers=4"] and "pays off" in rows["workers=4"]
+    assert "range of 3 runs a side" in rows["workers=4"] and "pays off" in rows["workers=4"]
     assert "slower" in rows["cudnn.benchmark"]
     assert "points" in rows["resident"]
     assert "oom CUDA out of memory while compiling" in rows["compile"]
@@ -145,7 +145,7 @@ def test_tips_section_reads_the_tip_column(tenfold):
     tips = tips[(tips["experiment"] == "tips") & (tips["device"] == "cpu")]
     est = stats.ratio_ci(tips.loc[tips["tip"] == "baseline", "epoch_s_median"],
                          tips.loc[tips["tip"] == "resident", "epoch_s_median"])
-    assert f"{fmt.num(est.value, 3, '×')} 95 % CI" in rows["resident"]
+    assert f"{fmt.num(est.value, 3, '×')} range of 3 runs a side" in rows["resident"]
 
 
 def test_tips_section_says_not_measured_without_tips_cells(full):
@@ -242,7 +242,7 @@ def test_methodology_documents_model_stats_units_and_command(full):
     assert "max-pooling twice" in html and "Linear(9216, 128)" in html
     assert "dropout 0.5" in html and "Adam" in html
     assert "warmup_s" in html and "restores the model and optimizer state" in html
-    assert "order-statistic" in html and "percentile bootstrap" in html
+    assert "order-statistic" in html and "distribution-free" in html and "bootstrap" not in html
     assert ("TPUs are out of scope: torch_xla compiles whole graphs lazily, so per-phase timing "
             "of the same eager training loop would not measure the same thing.") in " ".join(
                 html.split())

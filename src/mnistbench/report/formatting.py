@@ -119,17 +119,30 @@ def spread(values, fmt=lambda v: num(v, 4)) -> str:
     return f"{fmt(median)} ({fmt(low)} – {fmt(high)})"
 
 
+def _runs(est: stats.Estimate) -> str:
+    """How many runs an interval rests on: "3 runs", or "2 runs a side" for a comparison."""
+    side = " a side" if "two medians" in est.method else ""
+    return f"{est.n} run{'s' if est.n != 1 else ''}{side}"
+
+
+def _qualified(est: stats.Estimate, span: str) -> str:
+    """``span`` named as what it is: a 95 % interval where the runs give it, else a range of
+    the runs with the coverage they do give (a lower bound for a comparison)."""
+    if est.coverage is not None and est.coverage < stats.CONFIDENCE - 1e-9:
+        bound = "at least " if "two medians" in est.method else ""
+        return f"range of {_runs(est)}: {span}, {bound}{est.coverage * 100:.0f} % coverage"
+    return f"95 % CI {span}, {_runs(est)}"
+
+
 def interval(est: stats.Estimate | None, unit: str = "") -> str:
-    """The interval part of an estimate: "95 % CI a–b unit", "a–b unit (min–max, 75 %
-    coverage)" when too few repeats reach 95 %, or why there is none."""
+    """The interval part of an estimate with the runs it rests on: "95 % CI a–b unit,
+    7 runs", "range of 3 runs: a–b unit, 75 % coverage" when too few runs give 95 %, or why
+    there is none."""
     if est is None:
         return "no data"
     if not est.has_interval:
-        return "no interval: 1 repeat" + (" on one side" if "one side" in est.method else "")
-    span = f"{num(est.low, 3)}–{num(est.high, 3)}" + (f" {unit}" if unit else "")
-    if est.coverage is not None and est.coverage < stats.CONFIDENCE - 1e-9:
-        return f"{span} (min–max, {est.coverage * 100:.3g} % coverage)"
-    return f"95 % CI {span}"
+        return "no interval: 1 run" + (" on one side" if "one side" in est.method else "")
+    return _qualified(est, f"{num(est.low, 3)}–{num(est.high, 3)}" + (f" {unit}" if unit else ""))
 
 
 def ratio_interval(est: stats.Estimate | None) -> str:
@@ -147,7 +160,8 @@ def ratio_interval(est: stats.Estimate | None) -> str:
 
 
 def ratio_phrase(est: stats.Estimate | None) -> str:
-    """"9.8× (95 % CI 9.1–10.4×)", with "within noise" where the interval holds 1."""
+    """"9.8× (95 % CI 9.1–10.4×, 7 runs a side)", with "within noise" where the interval
+    holds 1."""
     if est is None:
         return DASH
     return f"{num(est.value, 3, '×')} ({ratio_interval(est)})"
@@ -170,16 +184,13 @@ def points(value, sign: bool = True) -> str:
 
 
 def points_interval(est: stats.Estimate | None) -> str:
-    """The interval of an accuracy difference: "95 % CI −0.13 to +0.06 points", "min–max"
-    below 95 % coverage, or why there is none."""
+    """The interval of an accuracy difference: "95 % CI −0.13 to +0.06 points, 7 runs a
+    side", a range with its coverage below 95 %, or why there is none."""
     if est is None:
         return "no data"
     if not est.has_interval:
-        return "no interval: 1 repeat on a side"
-    span = f"{points(est.low)[:-7]} to {points(est.high)}"
-    if est.coverage is not None and est.coverage < stats.CONFIDENCE - 1e-9:
-        return f"{span} ({est.coverage * 100:.3g} % coverage)"
-    return f"95 % CI {span}"
+        return "no interval: 1 run on a side"
+    return _qualified(est, f"{points(est.low)[:-7]} to {points(est.high)}")
 
 
 # ---------------------------------------------------------------------------- commands

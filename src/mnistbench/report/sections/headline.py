@@ -76,10 +76,11 @@ def _notes(cells) -> list[str]:
                      "nothing about run-to-run spread. Run 2 or more repeats for one (6 or "
                      "more for a 95 % interval of a median).")
     if ((sizes > 1) & (sizes < 6)).any():
-        notes.append("With fewer than 6 repeats no interval of a median reaches 95 %: the "
-                     "interval shown is min–max with its actual coverage (3 repeats: 75 %). "
-                     "The speed-up's bootstrap interval is nominally 95 % but optimistic "
-                     "with so few repeats.")
+        notes.append("With fewer than 6 runs no interval of a median reaches 95 %, and "
+                     "with fewer than 7 a side none of a speed-up: the interval shown is "
+                     "then the range of the runs, with the coverage those runs give (3 "
+                     "runs: 75 % for a median; 2 runs a side: at least 25 % for a "
+                     "speed-up).")
     if busy_mask(cells).any():
         notes.append("Rows marked busy include repeats that ran while other processes used "
                      f"more than {BUSY_SHARE_PCT} % of the machine: their times are "

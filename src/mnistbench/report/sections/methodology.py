@@ -1,13 +1,13 @@
-"""Section 14, methodology and environment: the prose lives in the template; here are its
-numbers (the bootstrap's resamples and seed), every environment's fields side by side, the
-settings of each experiment, every column with its unit, and the reproducing command."""
+"""Section 14, methodology and environment: the prose lives in the template; here are every
+environment's fields side by side, the settings of each experiment, every column with its
+unit, and the reproducing command."""
 
 from __future__ import annotations
 
 from mnistbench.core import schema
 from mnistbench.report.formatting import missing, plain, readable_command
 from mnistbench.report.selections import TIP_COLUMN, Inputs, distinct
-from mnistbench.results import aggregate, stats
+from mnistbench.results import aggregate
 
 
 def _env_rows(summary, envs) -> list[dict]:
@@ -46,6 +46,4 @@ def context(inputs: Inputs) -> dict:
         "settings": _settings(inputs.summary),
         "columns": aggregate.column_rows(),
         "command": readable_command(inputs.command) if inputs.command else "",
-        "boot_resamples": f"{stats.N_BOOT:,}",
-        "boot_seed": str(stats.SEED),
     }
