@@ -1,7 +1,9 @@
 """Tests of mnistbench.launch.machinelock, the machine-wide lock file of timed cells: it is created
 only where nothing is (never through a planted symlink), never chmod-ed unless just created,
 and anything but a plain readable file is refused with the path and the fix; the workflow
-checks it without side effects (a dry run creates nothing) and names config key lock_file."""
+stops at a planted symlink naming config key lock_file and creates nothing. (The workflow's
+check, mnistbench.launch.plan.timing_lock_file, is unit-tested in tests/test_plan.py; that a
+dry run creates no lock file, in tests/test_workflow.py's dry run.)"""
 
 from __future__ import annotations
 
@@ -125,8 +127,9 @@ def test_cli_lock_file_refuses_a_planted_symlink_with_one_paragraph(tmp_path):
 
 def test_workflow_with_a_planted_symlink_in_tmpdir_stops_and_creates_nothing(
         tmp_path, tiny_mnist):
-    """TMPDIR holding a planted mnistbench-timed-cell.lock symlink: `snakemake -n` and a real
-    run both stop naming config key lock_file, and the link's target is never created."""
+    """TMPDIR holding a planted mnistbench-timed-cell.lock symlink: a real run stops naming
+    config key lock_file, and the link's target is never created (a dry run takes the same
+    check, when the DAG is built)."""
     shared_tmp = tmp_path / "tmp"
     shared_tmp.mkdir(mode=0o1777)
     victim = tmp_path / "victim"
@@ -135,28 +138,9 @@ def test_workflow_with_a_planted_symlink_in_tmpdir_stops_and_creates_nothing(
     workdir.mkdir()
     config = tiny_config(tiny_mnist, workdir, lock_file="")
     env = dict(os.environ, TMPDIR=str(shared_tmp))
-    for args in (["-n"], ["--cores", "2"]):
-        proc = snakemake(workdir, config, *args, env=env)
-        assert proc.returncode != 0, proc.stdout
-        assert "config key lock_file" in proc.stdout and "symbolic link" in proc.stdout
-        assert not victim.exists()
-        assert not (workdir / "results" / "runs").exists()
-
-
-def test_workflow_dry_run_creates_no_lock_file(tmp_path, tiny_mnist):
-    """A dry run plans the cells without creating the lock file."""
-    config = tiny_config(tiny_mnist, tmp_path)
-    proc = snakemake(tmp_path, config, "-n")
-    assert proc.returncode == 0, proc.stdout
-    assert not Path(config["lock_file"]).exists()
-
-
-def test_workflow_lock_file_that_cannot_be_created_names_the_key(tmp_path, tiny_mnist):
-    """A lock_file under a regular file stops the workflow with the config key and the path."""
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("")
-    config = tiny_config(tiny_mnist, tmp_path, lock_file=str(blocker / "cells.lock"))
-    proc = snakemake(tmp_path, config, "-n")
-    assert proc.returncode != 0
-    assert "config key lock_file" in proc.stdout and str(blocker) in proc.stdout
+    proc = snakemake(workdir, config, "--cores", "2", env=env)
+    assert proc.returncode != 0, proc.stdout
+    assert "config key lock_file" in proc.stdout and "symbolic link" in proc.stdout
     assert "Traceback" not in proc.stdout
+    assert not victim.exists()
+    assert not (workdir / "results" / "runs").exists()

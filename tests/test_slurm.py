@@ -1,10 +1,13 @@
 """Tests of the study on a SLURM cluster (profiles/slurm, workflow/rules/slurm.smk,
 docs/slurm.md).
 
-Without a cluster: dry runs through ``snakemake --profile profiles/slurm`` (no sbatch needed)
-check how cells are filed per partition (node type) and the resources each SLURM job asks
-for, that a local run is unchanged, and that a run whose executor does not match config
-``executor`` stops before any job starts.
+Without a cluster: a dry run through ``snakemake --profile profiles/slurm`` (no sbatch needed)
+checks how cells are filed per partition (node type) and the resources each SLURM job asks
+for (the CPUs of a node type without ``cpus`` from a fake ``sinfo``), and a run whose executor
+does not match config ``executor`` stops before any job starts. The planning behind them
+(partitions, environments, CPUs, resources, the executor check, devices ``auto``) is
+unit-tested without Snakemake in tests/test_plan.py; that a local run asks for no SLURM
+resource, in tests/test_workflow.py's dry run.
 
 With a cluster (marker ``slurm``; scripts/ci-slurm starts a single-node one): a tiny study runs
 through the profile, every timed cell as a SLURM job on each of two partitions; its summaries
@@ -29,8 +32,8 @@ from test_workflow import (
     REPO,
     assert_no_overlap,
     bench_jobs,
+    job_resources,
     jobs_of_rule,
-    planned_cells,
     snakemake,
     summaries,
     tiny_config,
@@ -65,11 +68,18 @@ def profile_run(workdir: Path, config: dict, *args: str, env: dict | None = None
     return snakemake(workdir, config, "--profile", str(PROFILE), *args, env=env)
 
 
-def job_resources(block: str) -> dict[str, str]:
-    """The ``resources:`` line of one job printed by snakemake, as a dict of strings."""
-    line = re.search(r"^\s*resources: (.*)$", block, re.MULTILINE)
-    assert line, block
-    return dict(item.split("=", 1) for item in line.group(1).split(", "))
+def fake_slurm_client(bindir: Path, sinfo: str) -> dict:
+    """The environment of a run with SLURM client commands of the test's own (a fresh machine
+    has none): sinfo printing ``sinfo``, and squeue, which the executor plugin looks for once
+    sinfo exists (it raises "Neither 'sacct' nor 'squeue' ..." otherwise); a dry run never
+    calls squeue."""
+    bindir.mkdir()
+    commands = {"sinfo": f"cat <<'EOF'\n{sinfo}EOF",
+                "squeue": "echo 'fake squeue: a dry run must not poll' >&2; exit 1"}
+    for name, body in commands.items():
+        (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bindir / name).chmod(0o755)
+    return dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
 
 
 # --------------------------------------------------------------------------- no cluster needed
@@ -83,11 +93,13 @@ def test_profile_sets_the_slurm_executor_on_both_sides():
 
 def test_dry_run_files_cells_per_partition_with_their_slurm_resources(tmp_path, tiny_mnist):
     """Through the profile, every cell runs once per partition of its device, under that
-    partition's environment, asking for its partition, CPUs, GPU, memory, wall time and an
-    exclusive node."""
+    partition's environment, asking for its partition, CPUs (configured, or the smallest
+    node's from sinfo), GPU, memory, wall time and an exclusive node."""
     config = slurm_config(tiny_mnist, tmp_path, devices=["cpu", "cuda"])
     config["slurm"].update(mem_mb=3000, runtime=15, account="lab")
-    proc = profile_run(tmp_path, config, "--dry-run", "--printshellcmds")
+    del config["slurm"]["node_types"]["epyc"]  # its CPUs: the smallest epyc node's (sinfo)
+    env = fake_slurm_client(tmp_path / "bin", "epyc 16\nepyc* 2\nicelake 64\n")
+    proc = profile_run(tmp_path, config, "--dry-run", "--printshellcmds", env=env)
     assert proc.returncode == 0, proc.stdout
     jobs = bench_jobs(proc.stdout)
     assert set(jobs) == {
@@ -114,96 +126,14 @@ def test_dry_run_files_cells_per_partition_with_their_slurm_resources(tmp_path, 
         assert f"--env {env} " in block and f"--device {cell.split('-')[0]} " in block
 
 
-def test_local_run_asks_for_no_slurm_resources(tmp_path, tiny_mnist):
-    """With the default executor the bench jobs keep this environment's name and carry no
-    SLURM resource, whatever the slurm section says."""
+def test_slurm_executor_with_config_executor_local_stops_before_any_job(tmp_path, tiny_mnist):
+    """The slurm executor with config executor=local (e.g. a command-line --config that
+    replaced the profile's) stops the run before any job starts (the other way round, and the
+    check itself: tests/test_plan.py)."""
     config = tiny_config(tiny_mnist, tmp_path)
-    config["slurm"] = {"partitions": {"cpu": ["epyc", "icelake"]}, "node_types": NODE_TYPES}
-    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "2")
-    assert proc.returncode == 0, proc.stdout
-    jobs = bench_jobs(proc.stdout)
-    assert {env for env, _, _ in jobs} == {"wf-test"}
-    for block in jobs.values():
-        resources = job_resources(block)
-        assert resources.get("timed_cell") == "1"
-        assert not {"slurm_partition", "cpus_per_task", "gpu", "slurm_extra"} & set(resources)
-
-
-def test_devices_auto_under_slurm_follow_the_cuda_partitions(tmp_path, tiny_mnist):
-    """devices: auto under SLURM means cpu, plus cuda exactly when slurm.partitions.cuda names
-    a partition (the submitting host's own GPUs do not count)."""
-    config = slurm_config(tiny_mnist, tmp_path, devices="auto")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    proc = profile_run(tmp_path, config, "--dry-run", env=env)
-    assert proc.returncode == 0, proc.stdout
-    assert {cell.split("-")[0] for _, _, cell in planned_cells(proc.stdout)} == {"cpu", "cuda"}
-    config["slurm"]["partitions"]["cuda"] = []
-    proc = profile_run(tmp_path, config, "--dry-run", env=env)
-    assert proc.returncode == 0, proc.stdout
-    assert {cell.split("-")[0] for _, _, cell in planned_cells(proc.stdout)} == {"cpu"}
-
-
-def test_cpus_per_cell_come_from_sinfo_unless_configured(tmp_path, tiny_mnist):
-    """Without slurm.node_types.<p>.cpus a cell asks for every CPU of the smallest node of its
-    partition (sinfo), the default partition's when none is named; config threads > 0 wins."""
-    # The test brings its own SLURM client commands (a fresh machine has none): sinfo with
-    # three nodes, and squeue, which the executor plugin looks for once sinfo exists (it
-    # raises "Neither 'sacct' nor 'squeue' ..." otherwise); a dry run never calls squeue.
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    commands = {"sinfo": "printf 'main* 16\\nmain* 12\\nbig 64\\n'",
-                "squeue": "echo 'fake squeue: a dry run must not poll' >&2; exit 1"}
-    for name, body in commands.items():
-        (bindir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bindir / name).chmod(0o755)
-    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    config = slurm_config(tiny_mnist, tmp_path, devices=["cpu"])
-    config["slurm"] = {"partitions": {"cpu": ["", "big"]}}
-    proc = profile_run(tmp_path, config, "--dry-run", env=env)
-    assert proc.returncode == 0, proc.stdout
-    cpus = {env_: job_resources(block)["cpus_per_task"]
-            for (env_, _, _), block in bench_jobs(proc.stdout).items()}
-    assert cpus == {"slurm-default": "12", "slurm-big": "64"}
-    config["threads"] = 3
-    proc = profile_run(tmp_path, config, "--dry-run", env=env)
-    assert proc.returncode == 0, proc.stdout
-    assert {job_resources(b)["cpus_per_task"] for b in bench_jobs(proc.stdout).values()} == {"3"}
-
-
-def test_two_partitions_with_one_environment_name_stop_the_workflow(tmp_path, tiny_mnist):
-    """Two partitions whose cells would share an environment folder are a config error."""
-    config = slurm_config(tiny_mnist, tmp_path, devices=["cpu"])
-    config["slurm"]["node_types"] = {"icelake": {"name": "slurm-epyc"}}
-    proc = profile_run(tmp_path, config, "--dry-run")
-    assert proc.returncode != 0
-    assert "partitions 'epyc' and 'icelake' both name the environment 'slurm-epyc'" in \
-        proc.stdout
-
-
-def test_a_bad_partition_name_is_a_config_error(tmp_path, tiny_mnist):
-    """A partition name with characters a folder name cannot hold stops the workflow."""
-    config = slurm_config(tiny_mnist, tmp_path, devices=["cpu"])
-    config["slurm"]["partitions"]["cpu"] = ["epyc nodes"]
-    proc = profile_run(tmp_path, config, "--dry-run")
-    assert proc.returncode != 0
-    assert "invalid config key slurm.partitions.cpu" in proc.stdout
-
-
-@pytest.mark.parametrize("side", ["config", "executor"])
-def test_executor_and_config_that_disagree_stop_before_any_job(tmp_path, tiny_mnist, side):
-    """config executor=slurm under the local executor, or the slurm executor with config
-    executor=local (e.g. a command-line --config that replaced the profile's), stops the run
-    before any job starts."""
-    if side == "config":
-        config = slurm_config(tiny_mnist, tmp_path, devices=["cpu"])
-        proc = snakemake(tmp_path, config, "--cores", "1")
-        message = "config executor is slurm, but Snakemake runs with the local executor"
-    else:
-        config = tiny_config(tiny_mnist, tmp_path)
-        proc = profile_run(tmp_path, config, "--config", "seed=1")
-        message = "Snakemake runs with the slurm executor, but config executor is local"
+    proc = profile_run(tmp_path, config, "--config", "seed=1")
     assert proc.returncode != 0, proc.stdout
-    assert message in proc.stdout
+    assert "Snakemake runs with the slurm executor, but config executor is local" in proc.stdout
     assert not (tmp_path / "results").exists()
 
 

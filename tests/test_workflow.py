@@ -1,8 +1,10 @@
 """Tests of the Snakemake workflow (Snakefile, workflow/rules/*.smk, the config schema), all
 through the real ``snakemake`` command on tiny studies in temporary working directories:
 lint and format checks, the cell matrix of a dry run, config validation, a tiny end-to-end
-study (absent device, honest scheduling, aggregate, report), resuming after a lost or crashed
-cell, merging another environment's cells, and fetching through the workflow."""
+study (absent device, honest scheduling, aggregate, report),
+resuming after a lost or crashed cell, merging another environment's cells, and fetching
+through the workflow. The planning itself is unit-tested without Snakemake in
+tests/test_plan.py."""
 
 from __future__ import annotations
 
@@ -213,11 +215,24 @@ def test_setup_ci_and_dockerfiles_read_the_pins_from_envs_pip():
 
 
 # --------------------------------------------------------------------------- dry runs
+# The planning behind these (the matrix, devices, names, errors) is unit-tested without
+# Snakemake in tests/test_plan.py; the dry runs here check that the rules wire it up.
+def job_resources(block: str) -> dict[str, str]:
+    """The ``resources:`` line of one job printed by snakemake, as a dict of strings."""
+    line = re.search(r"^\s*resources: (.*)$", block, re.MULTILINE)
+    assert line, block
+    return dict(item.split("=", 1) for item in line.group(1).split(", "))
+
+
 def test_dry_run_plans_one_job_per_cell_with_its_flags(tmp_path, tiny_mnist):
-    """A dry run plans exactly the matrix's cells (tf32 left out on cpu) with their flags."""
+    """A dry run plans exactly the matrix's cells (tf32 left out on cpu) with their flags, each
+    a local `mnistbench train` holding one unit of timed_cell and no SLURM resource (whatever
+    the slurm section says), builds no image, and writes nothing: no results, no lock file."""
     config = tiny_config(tiny_mnist, tmp_path, devices=["cpu", "cuda"], seed=7, pin_memory=True)
     config["experiments"]["convergence"]["repeats"] = 2
     config["experiments"]["sweep"].update(batch_sizes=[32, 256], precisions=["fp32", "tf32"])
+    config["slurm"] = {"partitions": {"cpu": ["epyc", "icelake"]},
+                       "node_types": {"epyc": {"cpus": 2}}}
     proc = snakemake(tmp_path, config, "--dry-run", "--printshellcmds", "--cores", "2")
     assert proc.returncode == 0, proc.stdout
     cells = {(exp, cell) for env, exp, cell in planned_cells(proc.stdout) if env == ENV}
@@ -229,6 +244,7 @@ def test_dry_run_plans_one_job_per_cell_with_its_flags(tmp_path, tiny_mnist):
         ("sweep", "cuda-tf32-resident-b32-r0"), ("sweep", "cuda-tf32-resident-b256-r0"),
     }
     assert jobs_of_rule(proc.stdout, "bench") == 10
+    assert {env for env, _, _ in planned_cells(proc.stdout)} == {ENV}
     jobs = {cell: text for (_, _, cell), text in bench_jobs(proc.stdout).items()}
     tf32 = jobs["cuda-tf32-resident-b256-r0"]
     for flags in ("--device cuda --precision tf32", "--batch-size 256 --loader resident",
@@ -238,56 +254,22 @@ def test_dry_run_plans_one_job_per_cell_with_its_flags(tmp_path, tiny_mnist):
         assert flags in tf32, flags
     assert "--seed 8" in jobs["cpu-fp32-resident-b128-r1"]  # repeat r runs with seed + r
     assert "--repeat 1" in jobs["cpu-fp32-resident-b128-r1"]
+    for block in jobs.values():
+        resources = job_resources(block)
+        assert resources.get("timed_cell") == "1"
+        assert not {"slurm_partition", "cpus_per_task", "gpu", "slurm_extra"} & set(resources)
+        assert "mnistbench train --threads" in block and "docker run" not in block
+    assert jobs_of_rule(proc.stdout, "docker_image") == 0
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
+    assert not Path(config["lock_file"]).exists()  # it checks the lock file, creates none
 
 
-def test_devices_auto_without_a_visible_gpu_plans_cpu_cells_only(tmp_path, tiny_mnist):
-    """devices: auto with CUDA_VISIBLE_DEVICES="" plans cpu cells and no cuda cells."""
-    config = tiny_config(tiny_mnist, tmp_path, devices="auto")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
-    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "2", env=env)
-    assert proc.returncode == 0, proc.stdout
-    devices = {cell.split("-")[0] for _, _, cell in planned_cells(proc.stdout)}
-    assert devices == {"cpu"}
-
-
-def test_dry_run_plans_xpu_and_mps_cells_with_their_precisions(tmp_path, tiny_mnist):
-    """devices [xpu, mps] plan their cells: fp32, bf16 and fp16 each, tf32 left out (a CUDA
-    switch only)."""
-    config = tiny_config(tiny_mnist, tmp_path, devices=["xpu", "mps"])
-    config["experiments"]["sweep"].update(precisions=["fp32", "tf32", "bf16", "fp16"])
-    proc = snakemake(tmp_path, config, "--dry-run", "--printshellcmds", "--cores", "2")
-    assert proc.returncode == 0, proc.stdout
-    sweep = {cell for _, exp, cell in planned_cells(proc.stdout) if exp == "sweep"}
-    assert sweep == {f"{d}-{p}-resident-b32-r0" for d in ("xpu", "mps")
-                     for p in ("fp32", "bf16", "fp16")}
-    jobs = {cell: text for (_, _, cell), text in bench_jobs(proc.stdout).items()}
-    assert "--device xpu --precision bf16" in jobs["xpu-bf16-resident-b32-r0"]
-
-
-def test_docker_runner_refuses_devices_without_an_image(tmp_path, tiny_mnist):
-    """runner docker with an xpu cell stops at once, naming the devices it has images for
-    and the fix."""
-    config = tiny_config(tiny_mnist, tmp_path, devices=["cpu", "xpu"], runner="docker")
-    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1")
-    assert proc.returncode != 0
-    assert "has images for cpu, cuda cells only, not for xpu" in proc.stdout
-    assert "Traceback" not in proc.stdout
-
-
-def test_environment_name_is_reduced_to_safe_characters(tmp_path, tiny_mnist):
-    """config env 'lab box/1' becomes the folder name lab-box-1 under results/runs."""
-    config = tiny_config(tiny_mnist, tmp_path, env="lab box/1")
-    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1")
-    assert proc.returncode == 0, proc.stdout
-    assert {env for env, _, _ in planned_cells(proc.stdout)} == {"lab-box-1"}
-
-
-@pytest.mark.parametrize("folder", ["lab{gpu}", "a b"])
 def test_a_copied_environment_folder_with_unsafe_characters_is_named_with_the_fix(
-        tmp_path, tiny_mnist, folder):
-    """An environment folder copied into results/runs whose name holds { } or a space stops
-    the workflow with one paragraph naming the folder and a safe name (no WildcardError)."""
+        tmp_path, tiny_mnist):
+    """An environment folder copied into results/runs whose name holds { } stops the workflow
+    with one paragraph naming the folder and a safe name (no WildcardError, no traceback: a
+    planning error reaches Snakemake as a WorkflowError)."""
+    folder = "lab{gpu}"
     cell = tmp_path / "results" / "runs" / folder / "sweep" / "cpu-fp32-resident-b32-r0"
     cell.mkdir(parents=True)
     (cell / schema.SUMMARY_FILE).write_text("{}")
@@ -298,34 +280,18 @@ def test_a_copied_environment_folder_with_unsafe_characters_is_named_with_the_fi
     assert "WildcardError" not in proc.stdout and "Traceback" not in proc.stdout
 
 
-@pytest.mark.parametrize(
-    ("change", "key", "allowed"),
-    [
-        ({"experiments": {"sweep": {"precisions": ["fp32", "fp64"]}}},
-         "experiments.sweep.precisions[1]", "['fp32', 'tf32', 'bf16', 'fp16']"),
-        ({"experiments": {"convergence": {"batch_size": -5}}},
-         "experiments.convergence.batch_size", "minimum of 1"),
-        ({"devices": ["cpu", "tpu"]}, "devices", "cpu, cuda, xpu, mps"),
-        ({"cost": {"price_per_kwh": -1}}, "cost.price_per_kwh", "minimum of 0"),
-        ({"experiment": {}}, "(top level)", "'experiment' was unexpected"),
-    ],
-)
-def test_invalid_config_stops_before_anything_runs(tmp_path, tiny_mnist, change, key, allowed):
+def test_invalid_config_stops_before_anything_runs(tmp_path, tiny_mnist):
     """A bad config value fails at once with one message naming the key and what is allowed,
-    and leaves no results behind."""
+    and leaves no results behind (every kind of bad value: tests/test_plan.py)."""
     config = tiny_config(tiny_mnist, tmp_path)
-    for name, value in change.items():
-        if name == "experiments":
-            for experiment, values in value.items():
-                config["experiments"][experiment].update(values)
-        else:
-            config[name] = value
+    config["experiments"]["sweep"]["precisions"] = ["fp32", "fp64"]
     proc = snakemake(tmp_path, config, "--cores", "1")
     assert proc.returncode != 0
     message = next(line for line in proc.stdout.splitlines() if "invalid config key" in line)
-    assert f"invalid config key {key}:" in message
-    assert allowed in message
+    assert "invalid config key experiments.sweep.precisions[1]:" in message
+    assert "['fp32', 'tf32', 'bf16', 'fp16']" in message
     assert "config.schema.yaml" in message
+    assert "Traceback" not in proc.stdout
     assert not (tmp_path / "results").exists()
 
 

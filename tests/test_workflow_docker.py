@@ -1,8 +1,10 @@
-"""Tests of the workflow's docker runner (runner: docker; workflow/rules/docker.smk and the
-runner section of common.smk) without a Docker engine: a dry run plans the image builds and
-runs every cell through ``mnistbench docker run`` in its device's image, and a real run stops
-before any job, with the fix, when ``docker`` is missing or its daemon does not answer. The
-runner against a real engine: tests/test_docker.py."""
+"""Tests of the workflow's docker runner (runner: docker; workflow/rules/docker.smk, images.smk
+and the runners of mnistbench.launch.plan) without a Docker engine: a dry run plans the image
+builds and runs every cell through ``mnistbench docker run`` in its device's image, and a real
+run stops before any job, with the fix, when ``docker`` is missing. Unit-tested without
+Snakemake in tests/test_plan.py: the launcher, a daemon that does not answer, a missing
+Dockerfile or a bad tag, devices without an image; that runner local builds no image, in
+tests/test_workflow.py's dry run. The runner against a real engine: tests/test_docker.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import re
 import sys
 from pathlib import Path
 
-import pytest
 from test_workflow import jobs_of_rule, planned_cells, snakemake, tiny_config
 
 from mnistbench.core import study
@@ -69,15 +70,6 @@ def test_dry_run_plans_image_builds_and_cells_in_them(tmp_path, tiny_mnist):
     assert not (tmp_path / "results").exists()
 
 
-def test_local_runner_plans_no_image(tmp_path, tiny_mnist):
-    """runner: local (the default) builds no image and starts cells with plain mnistbench."""
-    config = docker_config(tiny_mnist, tmp_path, runner="local")
-    proc = snakemake(tmp_path, config, "--dry-run", "--printshellcmds", "--cores", "2")
-    assert proc.returncode == 0, proc.stdout
-    assert jobs_of_rule(proc.stdout, "docker_image") == 0
-    assert "docker run" not in proc.stdout and "mnistbench train --threads" in proc.stdout
-
-
 def test_missing_docker_stops_the_run_before_any_job(tmp_path, tiny_mnist):
     """runner: docker without a docker command fails at once with the fix, and writes nothing
     under results/."""
@@ -90,32 +82,3 @@ def test_missing_docker_stops_the_run_before_any_job(tmp_path, tiny_mnist):
     assert "apt-get install docker.io" in message and "runner: local" in message
     assert "Finished jobid" not in proc.stdout
     assert not (tmp_path / "results").exists()
-
-
-def test_stopped_daemon_stops_the_run_before_any_job(tmp_path, tiny_mnist):
-    """runner: docker with a daemon that does not answer fails at once with how to start it."""
-    bin_dir = tmp_path / "fakebin"
-    bin_dir.mkdir()
-    fake = bin_dir / "docker"
-    fake.write_text("#!/bin/sh\necho 'Cannot connect to the Docker daemon at "
-                    "unix:///var/run/docker.sock.' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    config = docker_config(tiny_mnist, tmp_path)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    proc = snakemake(tmp_path, config, "--cores", "1", env=env)
-    assert proc.returncode != 0
-    message = next(line for line in proc.stdout.splitlines() if "config key runner" in line)
-    assert "Cannot connect to the Docker daemon" in message
-    assert "systemctl start docker" in message
-    assert not (tmp_path / "results").exists()
-
-
-@pytest.mark.parametrize("key", ["dockerfile", "tag"])
-def test_bad_image_config_names_the_key(tmp_path, tiny_mnist, key):
-    """A missing Dockerfile or an invalid tag stops even a dry run, naming the config key."""
-    config = docker_config(tiny_mnist, tmp_path)
-    value = {"dockerfile": "docker/none.Dockerfile", "tag": "Not A Tag"}[key]
-    config["docker"] = {"images": {"cuda": {key: value}}}
-    proc = snakemake(tmp_path, config, "--dry-run", "--cores", "1")
-    assert proc.returncode != 0
-    assert re.search(rf"config key docker\.images\.cuda\.{key}\b", proc.stdout), proc.stdout
