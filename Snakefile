@@ -1,9 +1,21 @@
 # mnistbench: how much faster, and at what cost, does a GPU train a CNN than a CPU?
 # `snakemake --cores all` runs the whole study: fetch MNIST, time every cell, aggregate,
 # report. See docs/workflow.md.
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# The rules import this checkout's package (standard library only while the DAG is built), so
+# Snakemake alone runs the workflow: src/ goes first on sys.path unless mnistbench is
+# importable from there already (an editable install, as in .venv).
+PACKAGE_SRC = Path(workflow.basedir, "src").resolve()
+_found = find_spec("mnistbench")
+if _found is None or Path(_found.origin or "").resolve().parent.parent != PACKAGE_SRC:
+    sys.path.insert(0, str(PACKAGE_SRC))
 
 
 configfile: "config/config.yaml"

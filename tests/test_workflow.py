@@ -1,13 +1,15 @@
 """Tests of the Snakemake workflow (Snakefile, workflow/rules/*.smk, the config schema), all
 through the real ``snakemake`` command on tiny studies in temporary working directories:
-lint and format checks, the cell matrix of a dry run, config validation, a tiny end-to-end
-study (absent device, honest scheduling, aggregate, report),
+lint and format checks, the cell matrix of a dry run, config validation, the workflow on
+Snakemake alone (a venv holding only the pinned snakemake lints and plans the default and the
+quick study), a tiny end-to-end study (absent device, honest scheduling, aggregate, report),
 resuming after a lost or crashed cell, merging another environment's cells, and fetching
 through the workflow. The planning itself is unit-tested without Snakemake in
 tests/test_plan.py."""
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import json
 import os
@@ -293,6 +295,122 @@ def test_invalid_config_stops_before_anything_runs(tmp_path, tiny_mnist):
     assert "config.schema.yaml" in message
     assert "Traceback" not in proc.stdout
     assert not (tmp_path / "results").exists()
+
+
+# --------------------------------------------------------------------------- Snakemake alone
+#: The pinned Snakemake (envs/pip/dev.txt), the only package of the snakemake_only venv.
+SNAKEMAKE_PIN = next(line.split("#")[0].strip() for line in
+                     (REPO / "envs" / "pip" / "dev.txt").read_text().splitlines()
+                     if line.startswith("snakemake=="))
+#: What pip says when it cannot reach the registry (then the tests skip).
+UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection", "Max retries",
+               "Temporary failure in name resolution", "Network is unreachable",
+               "ConnectTimeout", "ProxyError",
+               f"Could not find a version that satisfies the requirement {SNAKEMAKE_PIN}",
+               f"No matching distribution found for {SNAKEMAKE_PIN}")
+
+
+@pytest.fixture(scope="session")
+def snakemake_only(tmp_path_factory) -> Path:
+    """bin/ of a venv holding only the pinned snakemake and what it depends on (no mnistbench,
+    no numpy), made with `python -m venv` and `pip install` from the registry once per session
+    and shared by pytest-xdist's workers (a lock file). Skips, with pip's reason, where pip
+    cannot reach the registry."""
+    base = tmp_path_factory.getbasetemp()  # under pytest-xdist: popen-gwN of the session's
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "snakemake-only"
+    root.mkdir(exist_ok=True)
+    venv, done, skipped = root / "venv", root / "done", root / "skipped"
+    with (root / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists() and not skipped.exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300,
+                           capture_output=True)
+            proc = subprocess.run(
+                [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                 "--disable-pip-version-check", "--retries", "1", "--timeout", "30",
+                 SNAKEMAKE_PIN], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                timeout=900, env=clean_environment(), check=False)
+            if proc.returncode != 0:
+                if not any(sign in proc.stdout for sign in UNREACHABLE):
+                    pytest.fail(f"pip install {SNAKEMAKE_PIN} failed:\n{proc.stdout[-3000:]}")
+                tail = " ".join(proc.stdout.split())[-400:]
+                skipped.write_text(f"pip cannot reach the registry for {SNAKEMAKE_PIN}: {tail}")
+            else:
+                done.write_text(SNAKEMAKE_PIN)
+    if skipped.exists():
+        pytest.skip(skipped.read_text())
+    return venv / "bin"
+
+
+def clean_environment(bindir: Path | None = None) -> dict[str, str]:
+    """This environment without PYTHONPATH and without any PATH folder that holds a
+    `mnistbench` command (.venv/bin among them); ``bindir`` first on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    folders = [f for f in env.get("PATH", "").split(os.pathsep)
+               if f and not (Path(f) / "mnistbench").exists()]
+    env["PATH"] = os.pathsep.join(([str(bindir)] if bindir else []) + folders)
+    return env
+
+
+def snakemake_alone(bindir: Path, workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``snakemake ARGS`` of the snakemake_only venv on this checkout's Snakefile in
+    ``workdir``, with no PYTHONPATH and no mnistbench on PATH."""
+    command = [str(bindir / "snakemake"), "--snakefile", str(SNAKEFILE), "--directory",
+               str(workdir), *args]
+    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=RUN_TIMEOUT_S, env=clean_environment(bindir),
+                          check=False)
+
+
+@pytest.mark.slow
+def test_snakemake_alone_lints_and_builds_the_default_and_quick_dags(snakemake_only, tmp_path):
+    """In a venv holding only the pinned snakemake (no mnistbench installed, no PYTHONPATH):
+    `snakemake --lint` reports nothing, and `snakemake -n` of the default study and of the
+    quick one plan their cells, the default one the same jobs as .venv's Snakemake."""
+    python = snakemake_only / "python"
+    missing = subprocess.run(
+        [str(python), "-c", "import importlib.util as u; print([m for m in ('mnistbench', "
+         "'numpy', 'pandas', 'torch') if u.find_spec(m)])"], capture_output=True, text=True,
+        env=clean_environment(snakemake_only), cwd=tmp_path, timeout=60, check=True)
+    assert missing.stdout.strip() == "[]", "the venv is not Snakemake alone"
+    lint = subprocess.run([str(snakemake_only / "snakemake"), "--lint"], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=RUN_TIMEOUT_S, env=clean_environment(snakemake_only),
+                          check=False)
+    assert lint.returncode == 0, lint.stdout
+    assert "Lints for" not in lint.stdout and "Traceback" not in lint.stdout
+    default = ["--configfile", str(REPO / "config" / "config.yaml")]
+    studies = {"default": default, "quick": [*default, str(REPO / "config" / "quick.yaml")]}
+    planned = {}
+    for name, configfiles in studies.items():
+        workdir = tmp_path / name
+        workdir.mkdir()
+        proc = snakemake_alone(snakemake_only, workdir, *configfiles, "--dry-run")
+        assert proc.returncode == 0, proc.stdout
+        planned[name] = planned_cells(proc.stdout)
+        assert planned[name], proc.stdout
+        for rule in ("aggregate", "cost_model", "report"):
+            assert jobs_of_rule(proc.stdout, rule) == 1, (name, rule)
+    assert planned["quick"] != planned["default"]
+    here = snakemake(tmp_path / "default", None, *default, "--dry-run")
+    assert here.returncode == 0, here.stdout
+    assert planned_cells(here.stdout) == planned["default"]
+
+
+@pytest.mark.slow
+def test_snakemake_alone_stops_a_run_without_mnistbench_before_any_job(snakemake_only,
+                                                                      tmp_path, tiny_mnist):
+    """A real run of Snakemake alone, with no mnistbench command next to it or on PATH, stops
+    before its first job with the fix (the dry run needs none), and writes no results."""
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(tiny_config(tiny_mnist, tmp_path)), encoding="utf-8")
+    proc = snakemake_alone(snakemake_only, tmp_path, "--configfile", str(configfile),
+                           "--cores", "1")
+    assert proc.returncode != 0, proc.stdout
+    assert "the mnistbench command is not installed next to this Snakemake" in proc.stdout
+    assert "Finished jobid" not in proc.stdout and "Traceback" not in proc.stdout
+    assert not (tmp_path / "results" / "runs").exists()
 
 
 # --------------------------------------------------------------------------- real runs
