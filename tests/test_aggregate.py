@@ -466,3 +466,19 @@ def test_same_cpu_model_with_another_isa_is_other_hardware(tmp_path):
                                 tmp_path / "report" / "index.html").read_text()
     for (label,) in labels.values():
         assert label in html
+
+
+def test_a_table_path_that_is_a_fifo_is_refused_and_kept(runs, tmp_path, capsys):
+    """An --out-dir whose summary.csv is a FIFO (or any non-regular file) exits 1 naming it;
+    the FIFO stays and no table or staged file is written."""
+    import os
+    import stat
+
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / "summary.csv")
+    assert cli.main(["aggregate", str(runs), "--out-dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot write the aggregated tables to {out / 'summary.csv'}: it is a FIFO" in err
+    assert stat.S_ISFIFO(os.lstat(out / "summary.csv").st_mode)
+    assert [p.name for p in out.iterdir()] == ["summary.csv"]

@@ -437,3 +437,36 @@ def test_cli_pack_defaults_to_this_machines_environment(tmp_path, capsys, monkey
     small_study(tmp_path / "results" / "runs")
     assert cli.main(["pack"]) == 0
     assert (tmp_path / f"{ENV}{archive.SUFFIX}").is_file()
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "folder"])
+def test_cli_pack_out_that_is_not_a_regular_file_is_refused_and_kept(tmp_path, capsys, kind):
+    """`pack --out` a device (as root, /dev/full once became a regular file), a FIFO or a
+    folder exits 1 with one paragraph naming it and the fix; it is left as it was and no
+    temporary archive remains."""
+    import os
+    import stat
+
+    runs = tmp_path / "runs"
+    small_study(runs)
+    out = tmp_path / "out"
+    if kind == "device":
+        try:
+            os.mknod(out, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs CAP_MKNOD")
+    elif kind == "fifo":
+        os.mkfifo(out)
+    else:
+        out.mkdir()
+    before = os.lstat(out)
+    assert cli.main(["pack", ENV, "--runs", str(runs), "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"mnistbench pack: error: cannot write the archive to {out}: it is a")
+    fix = "a file name inside that folder" if kind == "folder" else "the path of a regular"
+    assert fix in err[0]
+    after = os.lstat(out)
+    assert (after.st_mode, after.st_ino, after.st_rdev) == (before.st_mode, before.st_ino,
+                                                            before.st_rdev)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "runs"]

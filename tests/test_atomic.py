@@ -110,3 +110,95 @@ def test_make_dirs_undoes_only_what_it_made(tmp_path) -> None:
     (tmp_path / "file").write_text("x")
     assert atomic.blocking_file(tmp_path / "file" / "sub" / "deeper") == tmp_path / "file"
     assert atomic.blocking_file(tmp_path / "keep" / "new") is None
+
+
+def special_file(tmp_path, kind: str):
+    """A file of ``kind`` at ``tmp_path/target``: fifo, socket, folder, device (a copy of
+    /dev/null's device numbers, made with mknod: skipped without the privilege) or a
+    symbolic link to such a device."""
+    import socket
+    import stat
+
+    target = tmp_path / "target"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "folder":
+        target.mkdir()
+        (target / "inside").write_text("keep")
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(target))
+        server.close()
+    else:
+        device = tmp_path / "device"
+        try:
+            os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs CAP_MKNOD (run as root to make a device file)")
+        if kind == "device":
+            device.rename(target)
+        else:
+            target.symlink_to(device)
+    return target
+
+
+def snapshot(path) -> tuple:
+    info = os.lstat(path)
+    return info.st_mode, info.st_ino, info.st_rdev
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket", "folder", "device", "link to a device"])
+@pytest.mark.parametrize("writer", ["write_text", "atomic_open", "write_together"])
+def test_a_target_that_is_not_a_regular_file_is_refused_and_kept(tmp_path, kind, writer):
+    """A device (as root, `pack --out /dev/full` once turned /dev/full into a regular file),
+    a FIFO, a socket, a folder or a link to a device is never renamed over: NotARegularFile
+    names the path and what it is, nothing is written and no temporary file is left."""
+    target = special_file(tmp_path, kind)
+    before = snapshot(target)
+    with pytest.raises(atomic.NotARegularFile) as info:
+        if writer == "write_text":
+            atomic.write_text(target, "x")
+        elif writer == "atomic_open":
+            with atomic.atomic_open(target, "wb") as handle:
+                handle.write(b"x")
+        else:
+            atomic.write_together([(tmp_path / "first.csv", lambda p: atomic.write_text(p, "a")),
+                                   (target, lambda p: atomic.write_text(p, "b"))])
+    message = str(info.value)
+    assert message.startswith(f"{target} is a") and "not a regular file" in message
+    assert snapshot(target) == before
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name not in ("target", "device")]
+    assert leftovers == []
+
+
+def test_folder_error_of_a_special_target_says_what_it_is_and_the_fix(tmp_path):
+    """The one-paragraph message names the target, its kind and the fix; a folder's says to
+    name a file inside it."""
+    fifo = special_file(tmp_path, "fifo")
+    try:
+        atomic.write_text(fifo, "x")
+    except atomic.NotARegularFile as exc:
+        text = atomic.folder_error(tmp_path, exc, "the archive", "--out")
+    assert text == (f"cannot write the archive to {fifo}: it is a FIFO (named pipe), not a "
+                    "regular file, and writing renames a new file over its target, which "
+                    "would destroy it. Nothing was written: pass --out the path of a regular "
+                    "file, or of a new one.")
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    with pytest.raises(atomic.NotARegularFile) as info:
+        atomic.write_text(folder, "x")
+    assert f"pass --out a file name inside that folder (e.g. {folder}/NAME)" in \
+        atomic.folder_error(tmp_path, info.value, "the archive", "--out")
+
+
+def test_a_regular_file_and_a_link_to_one_are_replaced(tmp_path):
+    """Regular files are what the writers replace (a symbolic link to one is replaced by the
+    new file; its target is left as it was)."""
+    (tmp_path / "old.txt").write_text("old")
+    atomic.write_text(tmp_path / "old.txt", "new")
+    (tmp_path / "real.txt").write_text("real")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "real.txt")
+    atomic.write_text(tmp_path / "link.txt", "new")
+    assert (tmp_path / "old.txt").read_text() == "new"
+    assert (tmp_path / "real.txt").read_text() == "real"
+    assert not (tmp_path / "link.txt").is_symlink()

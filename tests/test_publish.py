@@ -10,7 +10,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import fakes
@@ -19,7 +21,7 @@ import yaml
 from fakes import make_study
 
 from mnistbench import __version__, cli, publish
-from mnistbench.core import provenance, schema
+from mnistbench.core import atomic, provenance, schema
 from mnistbench.report import render as report
 from mnistbench.results import aggregate, archive, cost
 
@@ -339,11 +341,101 @@ def test_a_failed_render_leaves_the_previous_publication(project, monkeypatch):
         raise report.ReportError("the template is broken")
 
     monkeypatch.setattr(report, "render_report", broken)
+    monkeypatch.setattr(report, "write_report", broken)
     with pytest.raises(publish.PublishError, match="the template is broken"):
         run_publish()
     assert snapshot(project / "report") == before
     assert sorted(p.name for p in (project / "report").iterdir()) == [
         "README.md", "data", "index.html"]
+
+
+def republish_changed(project: Path) -> None:
+    """Change the results (one cell rerun: another hostname), so a second publish differs."""
+    set_env_field(project / "results" / "runs", "hostname", "rerun-host")
+    reaggregate(project)
+
+
+def test_publish_stages_the_whole_publication_before_the_swap(project, monkeypatch):
+    """When the swap begins (the first rename in report/), the new data with its manifest,
+    index.html and README.md are all staged, and report/ is still the old publication."""
+    run_publish()
+    before = snapshot(project / "report")
+    republish_changed(project)
+    seen: list[tuple] = []
+    real = os.rename
+
+    def rename(src, dst):
+        if not seen:
+            stage = Path(src).parent
+            seen.append((snapshot(project / "report"),
+                         sorted(p.name for p in (stage / "data").iterdir()),
+                         (stage / "index.html").is_file(), (stage / "README.md").is_file()))
+        return real(src, dst)
+
+    monkeypatch.setattr(publish.os, "rename", rename)
+    run_publish()
+    monkeypatch.setattr(publish.os, "rename", real)
+    old, staged, index, readme = seen[0]
+    assert {k: v for k, v in old.items() if not k.startswith(".publish-")} == before
+    assert "manifest.json" in staged and index and readme
+    assert snapshot(project / "report") != before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["render", "after data", "after README"])
+def test_an_interrupted_publish_leaves_the_previous_publication(project, monkeypatch, capsys,
+                                                                when):
+    """SIGTERM while the report renders, right after the new data/ went in, or right after the
+    new README.md did: `mnistbench publish` exits 143 and report/ is the previous
+    publication byte for byte, with no staging folder."""
+    run_publish()
+    before = snapshot(project / "report")
+    republish_changed(project)
+
+    stopped: list[int] = []
+
+    def stop():
+        if not stopped:  # once: the clean-up renames too
+            stopped.append(1)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+
+    if when == "render":
+        real_render = publish.render_staged
+        monkeypatch.setattr(publish, "render_staged",
+                            lambda *a, **k: (real_render(*a, **k), stop()))
+    else:
+        real_rename, real_replace = os.rename, os.replace
+
+        def rename(src, dst):
+            real_rename(src, dst)
+            if when == "after data" and Path(dst).name == "data":
+                stop()
+
+        def replace(src, dst):
+            real_replace(src, dst)
+            if when == "after README" and Path(dst).name == "README.md":
+                stop()
+
+        monkeypatch.setattr(publish.os, "rename", rename)
+        monkeypatch.setattr(publish.os, "replace", replace)
+    assert cli.main(["publish"]) == 143
+    monkeypatch.undo()
+    assert "mnistbench publish: interrupted by SIGTERM" in capsys.readouterr().err
+    assert snapshot(project / "report") == before
+    assert sorted(p.name for p in (project / "report").iterdir()) == [
+        "README.md", "data", "index.html"]
+
+
+def test_a_killed_publish_leaves_a_staging_folder_the_next_one_removes(project):
+    """The staging folder of a publish killed outright (SIGKILL) is removed by the next."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    host = atomic.owner_prefix("").split("-")[0]
+    leftover = project / "report" / f".publish-{host}-{proc.pid}-abc"
+    (leftover / "data").mkdir(parents=True)
+    run_publish()
+    assert not leftover.exists()
 
 
 def test_round_trip_measure_on_a_pack_unpack_on_b_publish_shows_both(tmp_path, project):

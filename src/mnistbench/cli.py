@@ -5,16 +5,22 @@ that needs them, so ``--help`` and ``fetch`` start fast.
 Exit codes: 0 success; 1 bad input (data, results, config) or an output folder that cannot
 be written (a file in the way, no permission, a full disk), each with a one-paragraph message
 naming the path and the fix; 2 usage error; for ``train`` the cell statuses of
-:data:`mnistbench.core.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed).
+:data:`mnistbench.core.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed); 130 after
+SIGINT (Ctrl-C), 143 after SIGTERM and 129 after SIGHUP, which ``fetch``, ``aggregate``,
+``report``, ``pack``, ``unpack`` and ``publish`` handle as an error: their temporary files and
+staging folders are removed and the previous outputs stay whole.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from mnistbench import __version__
@@ -30,6 +36,42 @@ from mnistbench.core.options import (
 
 class CliError(Exception):
     """A user-facing error: printed as one paragraph, exit code 1."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is (as SIGINT raises KeyboardInterrupt),
+    so that it runs the clean-up of an error: temporary files, ``.part`` files and staging
+    folders removed, the previous outputs left whole."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_as_errors(enabled: bool):
+    """While the block runs (in the main thread), the first SIGTERM or SIGHUP raises
+    :class:`Terminated`; a later one is ignored, so that it cannot cut the clean-up short
+    (SIGKILL still ends the process). The previous handlers come back after."""
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[int] = []
+
+    def terminate(signum, frame) -> None:
+        if not raised:
+            raised.append(signum)
+            raise Terminated(signum)
+
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        with contextlib.suppress(OSError, ValueError):
+            previous[signum] = signal.signal(signum, terminate)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _add_fetch(sub) -> None:
@@ -490,13 +532,24 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        with _signals_as_errors(args.func in _CLEANS_UP):
+            return args.func(args)
     except CliError as exc:
         print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)
         return 1
+    except Terminated as exc:
+        print(f"mnistbench {args.subcommand}: interrupted by {exc.args[0]}; nothing "
+              "half-written was left", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"mnistbench {args.subcommand}: interrupted", file=sys.stderr)
         return 130
+
+
+#: Subcommands that write files: SIGTERM and SIGHUP run their clean-up as an error does
+#: (train keeps its own signal handling: the fork server and the trainer's time limit).
+_CLEANS_UP = frozenset({_cmd_fetch, _cmd_aggregate, _cmd_report, _cmd_pack, _cmd_unpack,
+                        _cmd_publish})
 
 
 if __name__ == "__main__":

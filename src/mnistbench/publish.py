@@ -40,11 +40,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import csv
+import dataclasses
 import difflib
 import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections import Counter, defaultdict
@@ -379,42 +381,51 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
     made: list[Path] = []
     try:
         made = atomic.make_dirs(report)
-        stage = Path(tempfile.mkdtemp(prefix=".publish-", dir=report))
+        _check_targets(report)
+        atomic.remove_dead(report, STAGING)  # of a publish that was killed
+        stage = Path(tempfile.mkdtemp(prefix=atomic.owner_prefix(STAGING), dir=report))
+    except PublishError:
+        atomic.remove_dirs(made)
+        raise
     except OSError as exc:
         atomic.remove_dirs(made)
         raise PublishError(atomic.folder_error(report, exc, "the publication", "--report")
                            ) from None
-    data = report / DATA_DIR
-    old_data = stage / "old-data"
-    swapped = False
+    data, staged = report / DATA_DIR, stage / DATA_DIR
+    swapping = False
     try:
-        _stage_tables(runs, results, stage / DATA_DIR)
-        _stage_cost_model(cost_source, stage / DATA_DIR / COST_MODEL)
+        _stage_tables(runs, results, staged)
+        _stage_cost_model(cost_source, staged / COST_MODEL)
         report_arg = _display(report)
         render_args = {
             "results": f"{report_arg}/{DATA_DIR}",
             "cost_model": f"{report_arg}/{DATA_DIR}/{COST_MODEL}",
             "command": reproduce_command(configfiles, env_configfiles, env_configs),
         }
-        if data.exists() or data.is_symlink():
-            os.rename(data, old_data)
-        os.rename(stage / DATA_DIR, data)
-        swapped = True
         if log is not None:
-            log(f"rendering {report / INDEX} from {data}")
-        render(render_args, stage / INDEX)
-        manifest = _manifest(report, stage, cells, problems, how, waived, reason, configfiles,
+            log(f"rendering {report / INDEX} from {staged}")
+        render_staged(staged, render_args, stage / INDEX)
+        manifest = _manifest(staged, cells, problems, how, waived, reason, configfiles,
                              env_configfiles, render_args, root)
         (stage / README).write_text(readme(manifest), encoding="utf-8")
-        manifest["files"] = _checksums(report, stage)
-        atomic.write_json(data / MANIFEST, manifest)
-        os.replace(stage / INDEX, report / INDEX)
-        os.replace(stage / README, report / README)
+        manifest["files"] = _checksums(staged, stage)
+        atomic.write_json(staged / MANIFEST, manifest)
+        # The whole new publication is staged, manifest included: swap it in, data first,
+        # index.html last; until then report/ is the old publication, whole.
+        for name in (README, INDEX):
+            if (report / name).is_file():
+                shutil.copy2(report / name, stage / f"old-{name}")
+        _check_targets(report)
+        had_data = data.exists() or data.is_symlink()
+        swapping = True
+        if had_data:
+            os.rename(data, stage / "old-data")
+        os.rename(staged, data)
+        for name in (README, INDEX):
+            os.replace(stage / name, report / name)
     except BaseException as exc:
-        if swapped:
-            shutil.rmtree(data, ignore_errors=True)
-            if old_data.exists():
-                os.rename(old_data, data)
+        if swapping:
+            _put_back(report, stage, had_data)
         shutil.rmtree(stage, ignore_errors=True)
         atomic.remove_dirs(made)
         if isinstance(exc, OSError):
@@ -423,6 +434,48 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
         raise
     shutil.rmtree(stage, ignore_errors=True)
     return Publication(report=report, manifest=manifest, problems=problems)
+
+
+#: Name start of publish's staging folder in ``report/``; a killed run's is removed by the
+#: next (atomic.remove_dead).
+STAGING = ".publish-"
+
+
+def _check_targets(report: Path) -> None:
+    """Refuse a ``report/`` whose index.html or README.md is not a regular file, or whose
+    data/ is not a folder: the publication renames over them, which would destroy them."""
+    for name in (INDEX, README):
+        atomic.check_target(report / name)
+    data = report / DATA_DIR
+    with contextlib.suppress(FileNotFoundError):
+        mode = os.stat(data).st_mode
+        if not stat.S_ISDIR(mode):
+            raise PublishError(
+                f"{data} is {atomic.file_kind(mode)}, not a folder: publishing replaces "
+                f"{data} with the new tables' folder, which would destroy it. Move it out of "
+                "the way (or pass --report another folder); nothing was written.")
+
+
+def _put_back(report: Path, stage: Path, had_data: bool) -> None:
+    """Undo a swap cut short (an error or a signal at any point of it), judging by what is
+    where: the old data/, README.md and index.html back in place, the new ones gone."""
+    data, old_data, staged = report / DATA_DIR, stage / "old-data", stage / DATA_DIR
+    with contextlib.suppress(OSError):
+        if old_data.exists() or old_data.is_symlink():
+            if data.exists():
+                shutil.rmtree(data)
+            os.rename(old_data, data)
+        elif not had_data and not staged.exists() and data.exists():
+            shutil.rmtree(data)  # the new data went in where there was none
+    for name in (README, INDEX):
+        if (stage / name).exists():
+            continue  # not moved in yet
+        backup = stage / f"old-{name}"
+        with contextlib.suppress(OSError):
+            if backup.is_file():
+                os.replace(backup, report / name)
+            else:
+                (report / name).unlink()
 
 
 def _counts(problems: Sequence[Problem]) -> str:
@@ -541,10 +594,30 @@ def render(render_args: dict, out: Path) -> Path:
                            ) from None
 
 
-def _checksums(report: Path, stage: Path) -> dict[str, dict]:
+def render_staged(data: Path, render_args: dict, out: Path) -> Path:
+    """Render a publication's report into ``out`` from its staged ``data`` folder, naming the
+    paths it will have once in place (``render_args``): what :func:`render` gives from
+    there, so the old publication stays whole until the swap."""
+    from mnistbench.report import render as report
+    from mnistbench.results import cost
+
+    try:
+        tables = aggregate.load_tables(data)
+        # Named by the path it will have, as render() loads it from there.
+        model = dataclasses.replace(cost.load_model(data / COST_MODEL),
+                                    source=str(Path(render_args["cost_model"])))
+        return report.write_report(tables, Path(out), model=model,
+                                   results=Path(render_args["results"]),
+                                   command=render_args["command"])
+    except (aggregate.AggregateError, cost.CostError, report.ReportError) as exc:
+        raise PublishError(f"the report does not render from {render_args['results']}: {exc}"
+                           ) from None
+
+
+def _checksums(data: Path, stage: Path) -> dict[str, dict]:
     """Size and SHA-256 of every file of the publication but the manifest, by its path in
-    ``report/`` (index.html and README.md still staged)."""
-    files = {f"{DATA_DIR}/{p.name}": p for p in sorted((report / DATA_DIR).iterdir())
+    ``report/`` (all of them still staged: ``data`` is the staged data folder)."""
+    files = {f"{DATA_DIR}/{p.name}": p for p in sorted(data.iterdir())
              if p.is_file() and p.name != MANIFEST}
     files[INDEX] = stage / INDEX
     files[README] = stage / README
@@ -552,10 +625,10 @@ def _checksums(report: Path, stage: Path) -> dict[str, dict]:
             for name, path in files.items()}
 
 
-def _manifest(report: Path, stage: Path, cells: Sequence[CellInfo], problems, how: str,
+def _manifest(data: Path, cells: Sequence[CellInfo], problems, how: str,
               waived: list[str], reason: str, configfiles, env_configfiles: dict,
               render_args: dict, root: Path) -> dict:
-    rows = _summary_rows(report / DATA_DIR / aggregate.SUMMARY_CSV)
+    rows = _summary_rows(data / aggregate.SUMMARY_CSV)
     found = checkout(root)
     by_env: dict[str, list[dict]] = defaultdict(list)
     for row in rows:

@@ -2,7 +2,14 @@
 target, so that a reader (or Snakemake) never sees a half-written output. :func:`write_together`
 extends this to a group of files that appear together or not at all, and :func:`make_dirs` /
 :func:`remove_dirs` undo the folders a failed write created. Every JSON written is strict
-(``allow_nan=False``): NaN and Infinity are not JSON."""
+(``allow_nan=False``): NaN and Infinity are not JSON. Temporary files and staging folders
+carry their owner's host and pid (:func:`owner_prefix`), and those of a run that died are
+removed at the next start (:func:`remove_dead`).
+
+A writer never destroys what it replaces: the rename would put a regular file in place of a
+device (``--out /dev/full`` as root), a FIFO, a socket or a folder, so a target that exists
+and is not a regular file (after following symbolic links) is refused with
+:class:`NotARegularFile` before anything is written (:func:`check_target`)."""
 
 from __future__ import annotations
 
@@ -11,7 +18,11 @@ import csv
 import errno
 import json
 import os
+import re
 import secrets
+import shutil
+import socket
+import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,19 +40,115 @@ def _umask() -> int:
 FILE_MODE = 0o666 & ~_umask()
 
 
+# ---------------------------------------------------------------------------------------------
+# Temporary files and staging folders name their owner, so that the next start can remove
+# those of a run that died (SIGKILL, power loss): ``{prefix}{host}-{pid}-{random}{suffix}``.
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:40] or "host"
+
+
+def owner_prefix(prefix: str) -> str:
+    """``prefix`` followed by this process's tag (host and pid): the name start of a
+    temporary file or staging folder that :func:`remove_dead` can attribute to it."""
+    return f"{prefix}{_host()}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or no such pid to ask about): keep it
+    return True
+
+
+def remove_dead(parent: Path | str, prefix: str, suffix: str = "") -> list[Path]:
+    """Remove the temporary files and staging folders in ``parent`` named
+    ``{prefix}{host}-{pid}-...{suffix}`` (:func:`owner_prefix`) of a process of this host that
+    no longer runs; return what was removed. Names without a tag, another host's, and those
+    of running processes are left alone; errors are ignored (it is a clean-up)."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    host = _host()
+    for entry in entries:
+        name = entry.name
+        if not name.startswith(prefix) or not name.endswith(suffix):
+            continue
+        parts = name[len(prefix):].split("-", 2)
+        if len(parts) != 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        if int(parts[1]) == os.getpid() or _alive(int(parts[1])):
+            continue
+        path = Path(entry.path)
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
+    return removed
+
+
+class NotARegularFile(OSError):
+    """The target of a write exists but is not a regular file (a device, FIFO, socket or
+    folder): renaming a new file over it would destroy it. ``filename`` is the target,
+    ``kind`` what it is, in words."""
+
+    def __init__(self, path: Path | str, kind: str) -> None:
+        super().__init__(errno.EEXIST, f"{path} is {kind}, not a regular file: writing it "
+                         "would rename a new file over it and destroy it", str(path))
+        self.kind = kind
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def file_kind(mode: int) -> str:
+    """What the file of ``mode`` (an ``os.stat`` ``st_mode``) is, in words: "a folder",
+    "a FIFO (named pipe)", "a character device", ..."""
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISREG, "a regular file")):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def check_target(path: Path | str) -> None:
+    """Raise :class:`NotARegularFile` when ``path`` exists (following symbolic links) and is
+    not a regular file; nothing there, or a path that cannot be looked at (the write then
+    fails with its own error), passes."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise NotARegularFile(path, file_kind(mode))
+
+
 @contextlib.contextmanager
 def atomic_open(path: Path | str, mode: str = "w", **kwargs) -> Iterator[IO]:
     """Open a temporary sibling of ``path`` for writing; rename it to ``path`` on success,
-    delete it on any error. ``mode`` is ``"w"`` or ``"wb"``."""
+    delete it on any error. ``mode`` is ``"w"`` or ``"wb"``. Raises :class:`NotARegularFile`
+    (writing nothing) when ``path`` is a device, FIFO, socket or folder."""
     path = Path(path)
+    check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    remove_dead(path.parent, f".{path.name}.", ".part")  # a killed writer's temporary
+    fd, tmp = tempfile.mkstemp(prefix=owner_prefix(f".{path.name}."), suffix=".part",
+                               dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        check_target(path)  # again: it may have appeared while the file was written
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -86,13 +193,17 @@ def write_together(files: Sequence[tuple[Path | str, Callable[[Path], object]]])
     already renamed into place (only a failing rename gets that far); targets not yet
     replaced keep their earlier content. The error is raised again."""
     token = secrets.token_hex(4)
-    pairs = [(Path(t), Path(t).with_name(f".{Path(t).name}.{token}.staged"), write)
-             for t, write in files]
+    pairs = [(Path(t), Path(t).with_name(owner_prefix(f".{Path(t).name}.") + f"{token}.staged"),
+              write) for t, write in files]
+    for target, _, _ in pairs:
+        check_target(target)
+        remove_dead(target.parent, f".{target.name}.", ".staged")
     placed: list[Path] = []
     try:
         for _, stage, write in pairs:
             write(stage)
         for target, stage, _ in pairs:
+            check_target(target)
             os.replace(stage, target)
             placed.append(target)
     except BaseException:
@@ -146,6 +257,13 @@ def folder_error(folder: Path | str, exc: OSError, what: str, option: str) -> st
     """One sentence naming ``folder``, why ``what`` cannot be written there (``exc``) and the
     fix, phrased around the command-line ``option`` that chose the folder."""
     folder = Path(folder)
+    if isinstance(exc, NotARegularFile):
+        fix = (f"pass {option} a file name inside that folder (e.g. {exc.filename}/NAME)"
+               if exc.kind == "a folder" else
+               f"pass {option} the path of a regular file, or of a new one")
+        return (f"cannot write {what} to {exc.filename}: it is {exc.kind}, not a regular "
+                f"file, and writing renames a new file over its target, which would destroy "
+                f"it. Nothing was written: {fix}.")
     blocking = blocking_file(folder)
     if blocking is not None:
         where = "it" if blocking == folder else blocking

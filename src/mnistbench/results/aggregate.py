@@ -154,6 +154,9 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
             + f" None of {SUMMARY_CSV}, {EPOCHS_CSV}, {RESOURCES_CSV}, {COLUMNS_CSV} was "
             "written (the tables appear together or not at all); run `mnistbench aggregate` "
             "again once the folder can be written.") from None
+    except BaseException:  # interrupted: no table was placed, and no folder made stays
+        atomic.remove_dirs(created)
+        raise
 
 
 def _csv_value(value: object) -> str:

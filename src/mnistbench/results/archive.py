@@ -34,7 +34,8 @@ checks that
 
 It extracts into a hidden staging folder inside ``results/runs`` (which neither the aggregate
 nor the workflow reads) and renames the environment into place only once every check passed,
-so a refused archive leaves ``results/runs`` as it was. Every error is an
+so a refused (or interrupted) archive leaves ``results/runs`` as it was; the staging folder of
+an unpack that was killed outright is removed by the next one (:data:`STAGING`). Every error is an
 :class:`ArchiveError` that names the archive, the member and the problem. The checks do not
 rely on :mod:`tarfile`'s extraction filters (absent from Python 3.11.2, Debian 12's): the
 archive is read member by member and each file written by this module.
@@ -86,6 +87,11 @@ CELL_FILES = (schema.SUMMARY_FILE, schema.EPOCHS_FILE, schema.RESOURCES_FILE)
 ENV_FILES = ("collect_env.txt",)
 #: Files read whole into memory by the readers, capped at :attr:`Limits.small_bytes`.
 SMALL_FILES = (schema.SUMMARY_FILE, *ENV_FILES)
+
+#: Name starts of the staging folders of unpack (in the runs folder) and of a check (in the
+#: temporary folder); a killed run's are removed at the next start (atomic.remove_dead).
+STAGING = ".unpack-"
+CHECK_STAGING = ".mnistbench-check-"
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 20
@@ -206,6 +212,9 @@ def pack(runs: Path, env: str, out: Path | None = None, *,
         atomic.remove_dirs(made)
         raise ArchiveError(f"packing {root} gave an archive that does not check: {exc}"
                            ) from None
+    except BaseException:  # interrupted (SIGINT, SIGTERM): the temporary archive is gone
+        atomic.remove_dirs(made)
+        raise
     return out
 
 
@@ -328,13 +337,16 @@ def _unpack(handle, name: str, runs: Path | None, *, replace: bool,
         if runs is not None:
             try:
                 made = atomic.make_dirs(runs)
-                staging = Path(tempfile.mkdtemp(prefix=f".unpack-{env}-", dir=runs))
+                atomic.remove_dead(runs, STAGING)  # of unpacks that were killed
+                staging = Path(tempfile.mkdtemp(prefix=atomic.owner_prefix(STAGING) + f"{env}-",
+                                                dir=runs))
             except OSError as exc:
                 atomic.remove_dirs(made)
                 raise ArchiveError(atomic.folder_error(runs, exc, "the unpacked results",
                                                        "--runs")) from None
         else:
-            staging = Path(tempfile.mkdtemp(prefix=".mnistbench-check-"))
+            atomic.remove_dead(tempfile.gettempdir(), CHECK_STAGING)
+            staging = Path(tempfile.mkdtemp(prefix=atomic.owner_prefix(CHECK_STAGING)))
         placed = False
         try:
             _extract(tar, members, manifest, staging, name)
@@ -613,23 +625,30 @@ def _check_cells(staging: Path, env: str, name: str) -> Unpacked:
 
 def _place(staged: Path, dest: Path, staging: Path, replace: bool, name: str) -> bool:
     """Rename the staged environment to ``dest``; the old one first aside when replacing."""
-    old = None
-    if dest.exists() or dest.is_symlink():
-        if not replace:
-            raise ArchiveError(_exists_message(name, dest))
-        old = staging / "replaced"
-        os.rename(dest, old)
+    old = staging / "replaced"
     try:
+        if dest.exists() or dest.is_symlink():
+            if not replace:
+                raise ArchiveError(_exists_message(name, dest))
+            os.rename(dest, old)
         os.rename(staged, dest)
-    except OSError as exc:
-        if old is not None:
+    except BaseException as exc:  # an error, or a signal between the two renames
+        if old.exists() or old.is_symlink():
             with contextlib.suppress(OSError):
+                if dest.exists() and not dest.is_symlink():
+                    shutil.rmtree(dest)
                 os.rename(old, dest)
+            if not isinstance(exc, OSError):
+                raise
+            raise ArchiveError(f"cannot move the unpacked environment to {dest}: "
+                               f"{exc.strerror or exc}.") from None
+        if not isinstance(exc, OSError):
+            raise
         if dest.exists():
             raise ArchiveError(_exists_message(name, dest)) from None
         raise ArchiveError(f"cannot move the unpacked environment to {dest}: "
                            f"{exc.strerror or exc}.") from None
-    return old is not None
+    return old.exists()
 
 
 def describe(result: Unpacked) -> str:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mnistbench.core import schema
+from mnistbench.core import atomic, schema
 
 #: The MNIST splits' sizes (the training and test samples a cell can use at most).
 TRAIN_SAMPLES = 60_000
@@ -260,18 +260,7 @@ def _require_regular(path: Path) -> None:
     hang, a folder fails with a vaguer error)."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise IsADirectoryError(0, f"not a regular file but {file_kind(mode)}", str(path))
-
-
-def file_kind(mode: int) -> str:
-    """What the file of ``mode`` (``os.stat``'s ``st_mode``) is, in words."""
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"),
-                       (stat.S_ISREG, "a regular file")):
-        if test(mode):
-            return name
-    return "a special file"
+        raise IsADirectoryError(0, f"not a regular file but {atomic.file_kind(mode)}", str(path))
 
 
 # ---------------------------------------------------------------------------------------------
