@@ -274,10 +274,19 @@ def test_every_cuda_precision_and_loader_runs(tmp_path, tiny_mnist, precision, l
 
 @pytest.mark.gpu
 def test_cuda_out_of_memory_is_reported(tmp_path, tiny_mnist) -> None:
-    """A batch far beyond the GPU's memory ends as oom, not as a crash."""
-    code, summary, _ = run(tmp_path, tiny_mnist, device="cuda", batch_size=2**31 - 1,
-                           max_steps=1)
+    """A cell that needs more than the GPU may give (this process capped at 1 MiB of it)
+    ends as oom, not as a crash. (A batch larger than the training set, which once provoked
+    it, is a usage error now.)"""
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(2**20 / total)
+    try:
+        code, summary, _ = run(tmp_path, tiny_mnist, device="cuda", batch_size=256,
+                               max_steps=1)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
     assert code == 11 and summary["status"] == "oom", summary["reason"]
+    assert "batch size 256" in summary["reason"]
 
 
 @pytest.mark.slow
@@ -647,3 +656,69 @@ def test_the_trainers_cells_of_every_status_pass_the_readers_checks(tmp_path, ti
         cell = validate.read_cell(out)
         assert cell.valid, cell.problems
         assert cell.status == name
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--batch-size", "4096", "--train-limit", "1024"],
+     "--batch-size 4096 is larger than the 1024 training samples the cell uses "
+     "(--train-limit 1024): each step would hold 1024 samples while the cell recorded 4096; "
+     "pass --batch-size 1024 or less, or a --train-limit of 4096 or more"),
+    (["--batch-size", "65536"],
+     "--batch-size 65536 is larger than the 60000 training samples the cell uses (all 60000 "
+     "of MNIST)"),
+    (["--train-limit", "70000"],
+     "argument --train-limit: must be 60000 or less (MNIST has 60000 training samples; 0: "
+     "all), got 70000"),
+    (["--test-limit", "10001"], "argument --test-limit: must be 10000 or less"),
+])
+def test_a_batch_or_limit_beyond_mnist_is_a_usage_error(tmp_path, capsys, args, message):
+    """A batch larger than the training samples the cell uses (it would be recorded as the
+    batch while each step held fewer), and limits above MNIST's splits, exit 2 naming the
+    numbers; nothing is created."""
+    out = tmp_path / "cell"
+    try:
+        code = cli.main(["train", "--out", str(out), "--quiet", *args])
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_limits_beyond_mnist_given_to_the_api_are_usage_errors(tmp_path, tiny_mnist,
+                                                               capsys) -> None:
+    """The trainer's API refuses them too (exit 2, nothing written)."""
+    for settings, message in (({"train_limit": 70_000}, "--train-limit 70000: MNIST has 60000"),
+                              ({"test_limit": 20_000}, "--test-limit 20000: MNIST has 10000"),
+                              ({"batch_size": 512, "train_limit": 256},
+                               "--batch-size 512 is larger than the 256 training samples")):
+        out = tmp_path / "cell"
+        assert train.run_cell(train.TrainConfig(out=out, data=tiny_mnist,
+                                                **{**TINY, **settings})) == 2
+        assert message in capsys.readouterr().err
+        assert not out.exists()
+
+
+def test_a_batch_larger_than_the_data_folder_holds_fails_naming_both(tmp_path,
+                                                                     tiny_mnist) -> None:
+    """A data folder with fewer samples than MNIST (here 512) and a batch of 1024: the cell is
+    failed naming both numbers, never recorded as batch 1024 with steps of 512."""
+    code, summary, _ = run(tmp_path, tiny_mnist, batch_size=1024)
+    assert code == 12 and summary["status"] == "failed"
+    assert summary["reason"].startswith(
+        f"batch size 1024 is larger than the {TINY_TRAIN} training samples in {tiny_mnist}")
+
+
+def test_dataloader_flags_on_a_resident_cell_are_recorded_as_not_applicable(tmp_path,
+                                                                            tiny_mnist):
+    """The workflow passes --workers and --pin-memory to every cell: a resident cell, which
+    has no DataLoader, records them as null (not applicable), a dataloader cell as given;
+    an evaluation batch above the test samples is recorded as the test samples."""
+    code, resident, _ = run(tmp_path, tiny_mnist, name="resident", workers=2, pin_memory=True,
+                            eval_batch_size=1000)
+    assert code == 0
+    assert resident["params"]["workers"] is None and resident["params"]["pin_memory"] is None
+    assert resident["params"]["eval_batch_size"] == TINY["test_limit"]
+    code, loader, _ = run(tmp_path, tiny_mnist, name="loader", loader="dataloader")
+    assert code == 0
+    assert loader["params"]["workers"] == 0 and loader["params"]["pin_memory"] is False

@@ -22,6 +22,13 @@ IMPLEMENTATIONS = ("tuned", "stock")
 #: study's hour).
 MAX_BATCH_CAP = 16384
 CPU_MAX_BATCH_CAP = 1024
+#: The samples of MNIST's training and test splits: ``--train-limit`` and ``--test-limit`` go
+#: up to them, and ``--batch-size`` up to the training samples a cell uses.
+MNIST_TRAIN_SAMPLES = 60_000
+MNIST_TEST_SAMPLES = 10_000
+#: Flags that only a ``dataloader`` cell uses; a ``resident`` cell records them as null (not
+#: applicable), whatever was passed (the workflow passes the study-wide values to every cell).
+DATALOADER_ONLY = ("workers", "pin_memory")
 
 #: The `train` subcommand's help line and description.
 TRAIN_HELP = "train and time one cell of the study"
@@ -46,6 +53,36 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
     return value
+
+
+def limit_of(total: int, what: str):
+    """An argparse type: an int from 0 to ``total`` (the samples of a split, ``what``)."""
+    def parse(text: str) -> int:
+        value = non_negative_int(text)
+        if value > total:
+            raise argparse.ArgumentTypeError(
+                f"must be {total} or less (MNIST has {total} {what} samples; 0: all), got "
+                f"{value}")
+        return value
+    parse.__name__ = "samples"
+    return parse
+
+
+def batch_problem(batch_size: int, train_limit: int, max_batch: bool = False) -> str | None:
+    """Why ``--batch-size`` cannot be what a cell records (None when it can): larger than the
+    training samples the cell uses, every step would hold fewer samples than recorded."""
+    samples = train_limit or MNIST_TRAIN_SAMPLES
+    if batch_size <= samples:
+        return None
+    where = (f"--train-limit {train_limit}" if train_limit
+             else f"all {MNIST_TRAIN_SAMPLES} of MNIST")
+    fix = f"pass --batch-size {samples} or less"
+    if train_limit and batch_size <= MNIST_TRAIN_SAMPLES:
+        fix += f", or a --train-limit of {batch_size} or more"
+    start = " (the start of --max-batch's search)" if max_batch else ""
+    return (f"--batch-size {batch_size}{start} is larger than the {samples} training samples "
+            f"the cell uses ({where}): each step would hold {samples} samples while the cell "
+            f"recorded {batch_size}; {fix}")
 
 
 def positive_float(text: str) -> float:
@@ -76,7 +113,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="fp32; tf32 (cuda); bf16 autocast (every device); fp16 autocast with "
                    "GradScaler (cuda, xpu, mps); a precision the device's capability query "
                    "refuses makes the cell unavailable")
-    p.add_argument("--batch-size", type=positive_int, default=128, help="samples per step")
+    p.add_argument("--batch-size", type=positive_int, default=128,
+                   help="samples per step: at most the training samples the cell uses "
+                   f"(--train-limit, or all {MNIST_TRAIN_SAMPLES})")
     p.add_argument("--loader", choices=LOADERS, default="resident",
                    help="dataloader: Dataset + transform + torch DataLoader (the blog's "
                    "pipeline); resident: the normalised dataset as one tensor on the device")
@@ -87,9 +126,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="torch intra-op CPU threads (0: torch's default)")
     allocator_option(p)
     p.add_argument("--workers", type=non_negative_int, default=0,
-                   help="DataLoader worker processes (dataloader loader only)")
+                   help="DataLoader worker processes (dataloader loader only; a resident "
+                   "cell records none: not applicable)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False,
-                   help="DataLoader pin_memory (dataloader loader only)")
+                   help="DataLoader pin_memory (dataloader loader only; a resident cell "
+                   "records none: not applicable)")
     p.add_argument("--compile", nargs="?", const="default", default="",
                    choices=["default", "reduce-overhead", "max-autotune"],
                    help="wrap the model in torch.compile with this mode (bare --compile: "
@@ -113,13 +154,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="untimed warm-up steps; the trajectory is restored afterwards")
     p.add_argument("--max-steps", type=non_negative_int, default=0,
                    help="cap on training steps per epoch (0: a full epoch)")
-    p.add_argument("--train-limit", type=non_negative_int, default=0,
-                   help="use only the first N training samples (0: all)")
-    p.add_argument("--test-limit", type=non_negative_int, default=0,
-                   help="use only the first N test samples (0: all)")
+    p.add_argument("--train-limit", type=limit_of(MNIST_TRAIN_SAMPLES, "training"), default=0,
+                   help=f"use only the first N training samples (0: all {MNIST_TRAIN_SAMPLES})")
+    p.add_argument("--test-limit", type=limit_of(MNIST_TEST_SAMPLES, "test"), default=0,
+                   help=f"use only the first N test samples (0: all {MNIST_TEST_SAMPLES})")
     p.add_argument("--eval-batch-size", type=non_negative_int, default=0,
                    help="batch size of the test-set evaluation (0: the training batch size, "
-                   "the same shapes as training, which warm-up and autotuning already cover)")
+                   "the same shapes as training, which warm-up and autotuning already cover); "
+                   "recorded as at most the test samples the cell uses")
     p.add_argument("--sample-interval", type=positive_float, default=0.5,
                    help="resource sampler period in seconds")
     p.add_argument("--time-limit", type=non_negative_float, default=0.0, metavar="SECONDS",

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from mnistbench.core import atomic, cpuruntime, devices, schema, study
+from mnistbench.core import atomic, cpuruntime, devices, options, schema, study
 from mnistbench.core.clock import process_start_unix
 from mnistbench.core.envvars import PROCESS_START_VAR
 from mnistbench.data import mnist as data
@@ -134,6 +134,16 @@ class TrainConfig:
                 raise InvalidSetting(
                     f"{name} must be a finite number {'0 or more' if zero_ok else 'above 0'}, "
                     f"got {value!r}; pass --{name.replace('_', '-')} such a number")
+        for name, total, what in (("train_limit", options.MNIST_TRAIN_SAMPLES, "training"),
+                                  ("test_limit", options.MNIST_TEST_SAMPLES, "test")):
+            value = getattr(self, name)
+            if not 0 <= value <= total:
+                raise InvalidSetting(
+                    f"--{name.replace('_', '-')} {value}: MNIST has {total} {what} samples; "
+                    f"pass 0 (all) to {total}")
+        problem = options.batch_problem(self.batch_size, self.train_limit, self.max_batch)
+        if problem:
+            raise InvalidSetting(problem)
 
     def params(self) -> dict:
         """The resolved parameters, keyed as :data:`schema.PARAM_FIELDS`."""
@@ -143,6 +153,8 @@ class TrainConfig:
         values["cell"] = self.cell or Path(self.out).name
         values["cuda_graphs"] = self.compile == "reduce-overhead" and self.device == "cuda"
         values.setdefault("bf16_path", "")  # resolved once the device is up (bf16 cells)
+        if self.loader != "dataloader":  # no DataLoader: its flags do not apply (null)
+            values.update(dict.fromkeys(options.DATALOADER_ONLY))
         return {k: _jsonable(values.get(k)) for k in schema.PARAM_FIELDS}
 
 
@@ -466,6 +478,19 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
     return energy
 
 
+def check_batch_fits(cfg: TrainConfig, train_size: int, test_size: int) -> None:
+    """Against the data as loaded (a data folder may hold fewer samples than MNIST): raise
+    :class:`InvalidSetting` when a step could not hold ``cfg.batch_size`` samples (the cell
+    would record a batch size no step had); record the evaluation's batch size as what a
+    batch holds at most (``eval_batch_size`` above the test samples is the test set)."""
+    if cfg.batch_size > train_size and not cfg.max_batch:
+        raise InvalidSetting(
+            f"batch size {cfg.batch_size} is larger than the {train_size} training samples in "
+            f"{cfg.data}: each step would hold {train_size} samples while the cell recorded "
+            f"{cfg.batch_size}; pass --batch-size {train_size} or less")
+    cfg.eval_batch_size = min(cfg.eval_batch_size, max(test_size, 1))
+
+
 def check_losses(losses: list[float], test_loss: float, epoch: int, cfg: TrainConfig) -> None:
     """Raise :class:`NonFiniteLoss` naming the epoch and the first step whose training loss is
     NaN or infinite (or the epoch's evaluation, for the test loss)."""
@@ -620,6 +645,7 @@ def execute(run: CellRun) -> None:
         loaders = build_loaders(cfg, device, shuffle_gen)
         synchronize(cfg.device)
         timing["data_load_s"] = time.perf_counter() - t0
+        check_batch_fits(cfg, loaders.train_size, loaders.test_size)
         if cfg.max_batch:
             start = cfg.batch_size
             if find_max_batch(cfg, device, loaders.train_size) != start:
@@ -641,7 +667,7 @@ def execute(run: CellRun) -> None:
         run.rows = []  # only complete cells have epoch rows
     except backends.DeviceUnavailable as exc:
         run.status, run.reason = "unavailable", f"{cfg.device} unavailable: {exc}"
-    except (data.DataError, NonFiniteLoss) as exc:
+    except (data.DataError, NonFiniteLoss, InvalidSetting) as exc:
         run.status, run.reason = "failed", str(exc)
     except Exception as exc:
         if _is_oom(exc):
