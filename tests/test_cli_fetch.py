@@ -130,3 +130,88 @@ def test_fetch_dest_under_a_file_blames_the_file(tmp_path, capsys):
     assert f"{blocker} is a file, not a folder" in err[0] and "Pass --dest a folder" in err[0]
     assert "exists but is not a directory" not in err[0]
     assert blocker.read_text() == "keep"
+
+
+def fetch_in_thread(*args: str) -> int:
+    """:func:`run_fetch` in a thread, failing the test (not hanging it) after 20 s: a FIFO
+    opened for reading would block for ever."""
+    import threading
+
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(run_fetch(*args)), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert result, f"mnistbench fetch {' '.join(args)} hung"
+    return result[0]
+
+
+def place(path, kind: str) -> None:
+    """Put a FIFO, a folder or a symbolic link loop at ``path``."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+        (path / "inside").write_text("keep")
+    else:
+        path.symlink_to(path.name)  # a link to itself: a loop
+
+
+@pytest.mark.parametrize(("kind", "words"), [
+    ("fifo", "is a FIFO (named pipe) where the MNIST file"),
+    ("folder", "is a folder where the MNIST file"),
+    ("loop", "is a symbolic link loop where the MNIST file"),
+])
+def test_fetch_names_what_is_where_a_file_should_be(tmp_path, capsys, kind, words):
+    """A FIFO, a folder or a link loop in --dest in place of an MNIST file: fetch exits 1 at
+    once, naming the path and what it is, and leaves it as it was (a FIFO is never opened,
+    so fetch never hangs on it)."""
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    target = dest / files.FILES[0]
+    place(target, kind)
+    assert fetch_in_thread("--dest", str(dest), "--mirror", str(tmp_path)) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{target} {words}" in err[0]
+    assert "Move it out of the way" in err[0]
+    assert os.path.lexists(target) and sorted(p.name for p in dest.iterdir()) == [target.name]
+
+
+@pytest.mark.parametrize(("kind", "words"), [
+    ("file", "is a regular file, not a directory"),
+    ("fifo", "is a FIFO (named pipe), not a directory"),
+    ("loop", "is a symbolic link loop, not a directory"),
+])
+def test_fetch_mirror_that_is_not_a_folder_says_what_it_is(tmp_path, capsys, kind, words):
+    """`--mirror FILE` (or a FIFO, or a link loop) is named as what it is, not "no such
+    directory"."""
+    mirror = tmp_path / "mirror"
+    if kind == "file":
+        mirror.write_text("not a folder")
+    else:
+        place(mirror, kind)
+    assert fetch_in_thread("--dest", str(tmp_path / "dest"), "--mirror", str(mirror)) == 1
+    err = capsys.readouterr().err
+    assert f"{mirror} {words} (a mirror is a folder holding the files" in err
+    assert "no such directory" not in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_fetch_a_fifo_or_folder_in_the_mirror_is_named_and_never_blocks(tmp_path, capsys,
+                                                                          kind):
+    """A FIFO (or a folder) in the mirror named like an MNIST file is opened without blocking
+    and reported as what it is."""
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    place(mirror / f"{files.FILES[0]}.gz", kind)
+    assert fetch_in_thread("--dest", str(tmp_path / "dest"), "--mirror", str(mirror)) == 1
+    what = "a FIFO (named pipe)" if kind == "fifo" else "a folder"
+    assert f"{files.FILES[0]}.gz: cannot read it ({mirror / files.FILES[0]}.gz is {what}, " \
+           "not a regular file)" in capsys.readouterr().err
+
+
+def test_fetch_dest_that_is_a_fifo_says_so(tmp_path, capsys):
+    """--dest naming a FIFO says it is one."""
+    os.mkfifo(tmp_path / "dest")
+    assert fetch_in_thread("--dest", str(tmp_path / "dest"), "--mirror", str(tmp_path)) == 1
+    assert "exists but is not a directory (it is a FIFO (named pipe))" in \
+        capsys.readouterr().err

@@ -709,3 +709,20 @@ def test_real_mnist_fetch_verify_and_load(real_mnist):
         data.load_split(real_mnist, "train")
         best = min(best, time.perf_counter() - start)
     assert best < 0.3
+
+
+def test_load_split_names_a_fifo_in_place_of_a_file(tiny_mnist, tmp_path):
+    """The trainer's reader names a FIFO (or a folder) where an MNIST file should be, and
+    never opens it (it would block for ever)."""
+    import os
+
+    root = tmp_path / "data"
+    shutil.copytree(tiny_mnist, root)
+    (root / files.FILES[0]).unlink()
+    os.mkfifo(root / files.FILES[0])
+    with pytest.raises(data.DataError) as info:
+        data.load_split(root, "train")
+    assert str(info.value).startswith(f"{root / files.FILES[0]} is a FIFO (named pipe) where "
+                                      "the MNIST file")
+    with pytest.raises(data.DataError, match="is a FIFO .named pipe., not a regular file"):
+        data.read_idx(root / files.FILES[0])

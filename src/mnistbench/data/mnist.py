@@ -15,11 +15,13 @@ compression settings. Only numpy is imported here: no torch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import http.client
 import math
 import os
 import shlex
+import stat
 import struct
 import time
 import urllib.error
@@ -33,7 +35,7 @@ from typing import IO
 import numpy as np
 
 from mnistbench import __version__
-from mnistbench.core.atomic import atomic_open, blocking_file
+from mnistbench.core.atomic import atomic_open, blocking_file, file_kind
 from mnistbench.data.files import (
     FILES,
     IMAGE_SIDE,
@@ -263,16 +265,55 @@ def _local_chunks(handle: IO[bytes]) -> Iterator[bytes]:
         raise _Permanent(f"reading failed ({exc.strerror or exc})") from None
 
 
+def what_is(path: Path) -> str | None:
+    """What ``path`` is, in words, when it is not a regular file (following symbolic links):
+    "a folder", "a FIFO (named pipe)", "a symbolic link loop", "a dangling symbolic link",
+    ...; None for a regular file or nothing at all."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a dangling symbolic link" if os.path.islink(path) else None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        return f"unreadable ({exc.strerror or exc})"
+    return None if stat.S_ISREG(mode) else file_kind(mode)
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """Open the regular file at ``path`` for reading without ever blocking: opened with
+    O_NONBLOCK (a FIFO would wait for a writer) and checked with fstat, so a FIFO, a
+    device or a folder raises OSError naming what it is."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"{path} is {file_kind(mode)}, not a regular file",
+                          str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 @contextlib.contextmanager
 def _open_local(mirror: str, filename: str) -> Iterator[Iterator[bytes]]:
     folder = _local_dir(mirror)
     if not folder.is_dir():
-        raise _Permanent(f"no such directory {folder}")
+        kind = what_is(folder)
+        if kind is None and not folder.exists():
+            raise _Permanent(f"no such directory {folder}")
+        raise _Permanent(f"{folder} is {kind or 'a regular file'}, not a directory (a mirror "
+                         f"is a folder holding the files, e.g. {filename})")
     try:
-        handle = open(folder / filename, "rb")  # noqa: SIM115 - closed below
+        handle = open_regular(folder / filename)
     except FileNotFoundError:
-        raise _NotFound("no such file") from None
+        kind = what_is(folder / filename)
+        raise (_Permanent(f"it is {kind}") if kind else _NotFound("no such file")) from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Permanent("it is a symbolic link loop") from None
         raise _Permanent(f"cannot read it ({exc.strerror or exc})") from None
     with handle:
         yield _local_chunks(handle)
@@ -337,9 +378,19 @@ def _open_source(mirror: str, filename: str, timeout: float) -> Iterator[Iterato
 def _verify_existing(path: Path, digest: str, kind: str,
                      images: int | None) -> tuple[int | None, str | None]:
     """(items, None) if ``path`` is a valid IDX file of ``kind`` with MD5 ``digest`` (and, for
-    labels, ``images`` items); (None, reason) otherwise; (None, None) if it does not exist."""
+    labels, ``images`` items); (None, reason) otherwise; (None, None) if it does not exist.
+    Raises :class:`DataError` when something else than a regular file is in its place (a
+    folder, a FIFO, a device, a link loop), which fetch must not remove."""
+    kind = what_is(path)
+    if kind == "a dangling symbolic link":
+        return None, None  # replaced by the fetched file; the link's target is not touched
+    if kind is not None:
+        raise DataError(
+            f"{path} is {kind} where the MNIST file {path.name} should be; fetch neither "
+            "reads nor removes it. Move it out of the way (or pass --dest another folder) "
+            "and run `mnistbench fetch` again.")
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             actual, items = _check_stream(_file_chunks(handle), kind)
     except FileNotFoundError:
         return None, None
@@ -414,8 +465,10 @@ def fetch(dest: Path | str, mirrors: Sequence[str | Path], *, retries: int = 2,
     except (FileExistsError, NotADirectoryError):
         blocking = blocking_file(dest)
         if blocking is None or blocking == dest:
-            raise DataError(f"the MNIST destination {dest} exists but is not a directory; pass "
-                            "--dest a folder (default: resources/mnist).") from None
+            kind = what_is(dest) or "a regular file"
+            raise DataError(f"the MNIST destination {dest} exists but is not a directory (it "
+                            f"is {kind}); pass --dest a folder (default: resources/mnist)."
+                            ) from None
         raise DataError(f"cannot create the MNIST destination {dest}: {blocking} is a file, "
                         f"not a folder. Pass --dest a folder whose parents are folders "
                         "(default: resources/mnist), or move that file out of the way."
@@ -522,7 +575,7 @@ def read_idx(path: Path | str) -> np.ndarray:
     path = Path(path)
     fix = f"Re-run {_fetch_command(path.parent)} to download and verify the MNIST files."
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             head = handle.read(4)
             problem = _header_problem(head, None)
             if problem is None:
@@ -562,6 +615,11 @@ def load_split(root: Path | str, split: str) -> tuple[np.ndarray, np.ndarray]:
     root = Path(root)
     fix = f"Run {_fetch_command(root)} to download and verify the MNIST files."
     paths = [root / name for name in SPLITS[split]]
+    for path in paths:
+        kind = what_is(path)
+        if kind is not None and kind != "a dangling symbolic link":
+            raise DataError(f"{path} is {kind} where the MNIST file {path.name} should be. "
+                            f"Move it out of the way, then {fix[0].lower()}{fix[1:]}")
     missing = [p.name for p in paths if not p.is_file()]
     if missing:
         gz = [n for n in missing if (root / f"{n}.gz").is_file()]
