@@ -470,3 +470,19 @@ def test_cli_pack_out_that_is_not_a_regular_file_is_refused_and_kept(tmp_path, c
     assert (after.st_mode, after.st_ino, after.st_rdev) == (before.st_mode, before.st_ino,
                                                             before.st_rdev)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "runs"]
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--check", "--replace"], "--check only checks the archive and merges nothing: --replace "
+     "would have no effect; drop it or --check"),
+    (["--check", "--runs", "elsewhere"], "--runs would have no effect"),
+])
+def test_unpack_check_with_a_merge_flag_is_a_usage_error(tmp_path, packed, capsys, args,
+                                                         words):
+    """`unpack --check --replace` (or --runs) contradicts itself: exit 2 naming the flag,
+    nothing read or written."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["unpack", str(packed), *args])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "elsewhere").exists()

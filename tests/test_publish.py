@@ -567,3 +567,114 @@ def test_makefile_publish_target_runs_mnistbench_publish():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "scripts/setup" in lines and ".venv/bin/mnistbench publish --x" in lines
+
+
+# --------------------------------------------------------------------------- inert text
+HOSTILE = "x`y | z\n# Heading <script>alert(1)</script> [link](http://evil) ``` done"
+
+
+def hostile_manifest() -> dict:
+    """A manifest as publish writes it, with results-borne values that try to break out of
+    the README's Markdown: backticks, pipes, newlines, HTML, a code fence."""
+    env = {"env": "alpha", "cells": 2, "by_status": {"ok": 2, "oom": 0, "unavailable": 0,
+                                                      "failed": 0},
+           "devices": ["cpu"], "measured_devices": [HOSTILE], "schema_versions": [4],
+           "first_started_at": HOSTILE, "last_ended_at": "2026-01-01T00:00:00+00:00",
+           "hardware": {"hardware": HOSTILE, "cpu_model": "x"}}
+    return {"mnistbench": __version__, "git_revision": "abc```\nrm -rf /",
+            "published_at": "2026-01-01T00:00:00+00:00", "command": "make study\n```\nevil",
+            "render": {"results": "report/data", "cost_model": "report/data/cost_model.json"},
+            "cells": {"total": 2, "by_status": env["by_status"]},
+            "dates": {"first_started_at": HOSTILE, "last_ended_at": HOSTILE},
+            "environments": [env], "env_configfiles": {"alpha": [HOSTILE]},
+            "checks": {"waived": ["stale"], "reason": HOSTILE, "stale": [{}], "missing": [],
+                       "failed": []}}
+
+
+def test_values_in_the_readme_are_inert(tmp_path):
+    """Every value from the results or the command line is in a code span on one line, with
+    pipes escaped in tables, and the code blocks are fenced longer than any backtick run in
+    them: no value adds a row, a cell, a heading, HTML outside a code span, or ends a code
+    block."""
+    text = publish.readme(hostile_manifest())
+    lines = text.splitlines()
+    template = publish.readme({**hostile_manifest(), "command": "c"})
+    headings = [line for line in lines if line.startswith("#")]
+    assert headings == [line for line in template.splitlines() if line.startswith("#")]
+    assert headings == ["# mnistbench: the published study", "## What was measured where",
+                        "## Files", "## Reproduce", "## Add your machine"]
+    rows = [line for line in lines if line.startswith("| `alpha`")]
+    assert len(rows) == 1 and rows[0].replace("\\|", "").count("|") == 7  # six cells
+    assert publish.inert_cell(HOSTILE) in rows[0]
+    span = publish.inert(HOSTILE)
+    assert span == "````x`y | z # Heading <script>alert(1)</script> [link](http://evil) " \
+        "``` done````"
+    assert f"(stale): {span}." in text  # the reason, outside a table: its pipe as it is
+    assert text.count("<script>") == text.count(span) + rows[0].count("<script>")
+    fences = [i for i, line in enumerate(lines) if line.startswith("```")]
+    assert [lines[i] for i in fences] == ["````sh", "````", "````sh", "````"]
+    inside = lines[fences[0] + 1:fences[1]]
+    assert inside[-1] == "make study ``` evil"  # on one line, inside its block
+    assert "git checkout abc``` rm -rf /" not in text  # the revision's first part only
+
+
+def test_inert_spans_survive_any_backtick_run():
+    """A value of backticks, or starting or ending with one, gets a longer fence and
+    padding; an empty value is a one-space span."""
+    assert publish.inert("a``b") == "```a``b```"
+    assert publish.inert("`x`") == "`` `x` ``"
+    assert publish.inert("") == "` `"
+    assert publish.inert("a\r\nb\x00c") == "`a bc`"
+    assert publish.inert_cell("a|b") == "`a\\|b`"
+    assert publish.fence_for("x ```` y") == "`````"
+
+
+@pytest.mark.parametrize(("name", "words"), [
+    ("/etc/hostname", "an absolute path"),
+    ("../outside.txt", "climbs out with '..'"),
+    ("data/../../outside.txt", "climbs out with '..'"),
+    ("data/link", "leads out through a symbolic link"),
+])
+def test_publish_check_reads_only_paths_inside_report(project, name, words):
+    """`publish --check` refuses a manifest that lists a path outside report/ (absolute, with
+    '..', or through a symbolic link) and does not read it."""
+    run_publish()
+    (project / "outside.txt").write_text("secret\n")
+    (project / "report" / "data" / "link").symlink_to(project / "outside.txt")
+    path = project / "report" / "data" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["files"][name] = {"bytes": 7, "sha256": sha256(project / "outside.txt")}
+    path.write_text(json.dumps(manifest))
+    problems = publish.verify(Path("report"))
+    assert any(f"lists {name!r}, a" in p and words in p and "it was not read" in p
+               for p in problems), problems
+
+
+def test_publish_check_renders_only_with_a_cost_model_inside_report(project):
+    """A manifest whose render.cost_model lies outside report/ is refused before rendering
+    (the check reads nothing outside report/)."""
+    run_publish()
+    path = project / "report" / "data" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["render"]["cost_model"] = "results/cost_model.json"
+    path.write_text(json.dumps(manifest))
+    problems = publish.verify(Path("report"))
+    assert any("render.cost_model 'results/cost_model.json' is not inside report" in p
+               for p in problems), problems
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--check", "--allow-failed"], "--check checks the publication in --report and publishes "
+     "nothing: --allow-failed would have no effect"),
+    (["--check", "--reason", "x", "--cost-model", "m.json"], "--reason, --cost-model would"),
+    (["--check", "--configfile", "c.yaml"], "--configfile would have no effect"),
+    (["--reason", "because"], "--reason says why checks were waived, but no --allow-missing"),
+])
+def test_contradictory_publish_flags_are_usage_errors(tmp_path, capsys, args, words):
+    """`publish --check` with a flag of a publication, and --reason with no waiver, exit 2
+    naming the flags; nothing is read or written."""
+    with pytest.raises(SystemExit) as info:
+        cli.main(["publish", "--report", str(tmp_path / "report"), *args])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "report").exists()

@@ -304,12 +304,21 @@ def _add_unpack(sub) -> None:
                    help="runs folder to merge into (default: %(default)s)")
     p.add_argument("--replace", action="store_true",
                    help="replace the environment when RUNS already holds it")
-    p.add_argument("--check", action="store_true", help="only check the archive")
-    p.set_defaults(func=_cmd_unpack)
+    p.add_argument("--check", action="store_true",
+                   help="only check the archive (merges nothing: takes no --replace or --runs)")
+    p.set_defaults(func=_cmd_unpack, parser=p)
 
 
 def _cmd_unpack(args) -> int:
     from mnistbench.results import archive
+
+    if args.check:
+        given = [flag for flag, on in (("--replace", args.replace),
+                                       ("--runs", args.runs != Path("results/runs"))) if on]
+        if given:
+            args.parser.error(f"--check only checks the archive and merges nothing: "
+                              f"{' and '.join(given)} would have no effect; drop "
+                              f"{'them' if len(given) > 1 else 'it'} or --check")
 
     try:
         if args.check:
@@ -358,8 +367,9 @@ def _add_publish(sub) -> None:
     p.add_argument("--reason", default="", help="why checks were waived (in the manifest)")
     p.add_argument("--check", action="store_true",
                    help="instead, check the publication in REPORT: checksums, and that "
-                   "rendering its data again gives its index.html but for the date")
-    p.set_defaults(func=_cmd_publish)
+                   "rendering its data again gives its index.html but for the date (takes "
+                   "only --report)")
+    p.set_defaults(func=_cmd_publish, parser=p)
 
 
 def _env_file(text: str) -> tuple[str, Path]:
@@ -371,9 +381,33 @@ def _env_file(text: str) -> tuple[str, Path]:
     return env, Path(path)
 
 
+def _publish_usage(args) -> None:
+    """Contradictory flags of ``publish`` are usage errors (exit 2): ``--check`` publishes
+    nothing, so no flag of a publication applies; ``--reason`` explains a waiver, so it needs
+    an ``--allow-*`` flag."""
+    allows = [f"--allow-{kind}" for kind in ("missing", "failed", "stale")
+              if getattr(args, f"allow_{kind}")]
+    if args.check:
+        given = [*allows]
+        given += [flag for flag, on in (
+            ("--reason", bool(args.reason)), ("--cost-model", args.cost_model is not None),
+            ("--configfile", args.configfile is not None),
+            ("--env-configfile", bool(args.env_configfile)),
+            ("--results", args.results != Path("results"))) if on]
+        if given:
+            args.parser.error(f"--check checks the publication in --report and publishes "
+                              f"nothing: {', '.join(given)} would have no effect; drop "
+                              f"{'them' if len(given) > 1 else 'it'} or --check")
+    elif args.reason.strip() and not allows:
+        args.parser.error("--reason says why checks were waived, but no --allow-missing, "
+                          "--allow-failed or --allow-stale waives any: add the one it "
+                          "explains, or drop --reason")
+
+
 def _cmd_publish(args) -> int:
     from mnistbench import publish
 
+    _publish_usage(args)
     if args.check:
         problems = publish.verify(args.report)
         for problem in problems:

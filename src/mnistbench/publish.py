@@ -715,8 +715,40 @@ def _environment(env: str, rows: Sequence[dict], versions: set) -> dict:
 README_TEMPLATE = "publication-README.md.j2"
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def inert(value: object) -> str:
+    """``value`` as text that Markdown shows as it is: on one line (newlines become spaces,
+    other control characters go), in a code span fenced by more backticks than it holds (so
+    no backtick closes it, and HTML or Markdown in it stays text)."""
+    text = " ".join(_CONTROL.sub("", str(value)).splitlines())
+    if not text.strip():
+        return "` `"
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text[0] in "` " or text[-1] in "` " else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def inert_cell(value: object) -> str:
+    """:func:`inert` for a cell of a Markdown table: a pipe in it is escaped (GFM would end
+    the cell there, even inside a code span)."""
+    return inert(value).replace("|", "\\|")
+
+
+def fence_for(text: object) -> str:
+    """The backtick fence of a code block that holds ``text``: longer than any backtick run
+    in it, at least three."""
+    runs = re.findall(r"`+", str(text))
+    return "`" * max(3, max((len(run) for run in runs), default=0) + 1)
+
+
 def readme(manifest: dict) -> str:
-    """``report/README.md`` of a publication, from its manifest."""
+    """``report/README.md`` of a publication, from its manifest. Every value that comes from
+    the results or the command line (environment names, hardware, dates, revision, config
+    files, the waiver's reason, the commands) is inert: in a code span (:func:`inert`), with
+    pipes escaped in tables (:func:`inert_cell`), or in a code block no backtick run of it can
+    close (:func:`fence_for`)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     def hw(env: dict) -> str:
@@ -726,11 +758,18 @@ def readme(manifest: dict) -> str:
     def statuses(counts: dict) -> str:
         return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
 
-    template = Environment(loader=PackageLoader("mnistbench.report", "templates"),
-                           undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                           keep_trailing_newline=True).get_template(README_TEMPLATE)
+    environment = Environment(loader=PackageLoader("mnistbench.report", "templates"),
+                              undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                              keep_trailing_newline=True)
+    environment.filters.update(code=inert, cell=inert_cell)
+    template = environment.get_template(README_TEMPLATE)
     gpu = any(d != "cpu" for e in manifest["environments"] for d in e["measured_devices"])
-    return template.render(m=manifest, hw=hw, statuses=statuses, gpu=gpu)
+    block = "\n".join(str(v) for v in (manifest["command"], manifest["render"]["results"],
+                                        manifest["render"]["cost_model"],
+                                        manifest["git_revision"]))
+    return template.render(m=manifest, hw=hw, statuses=statuses, gpu=gpu,
+                           fence=fence_for(block), one_line=lambda v: " ".join(
+                               _CONTROL.sub("", str(v)).splitlines()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -755,9 +794,18 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
         return [f"{path} is not the manifest of a publication (format {FORMAT!r})"]
     problems = []
     files = manifest.get("files") or {}
+    if not isinstance(files, dict):
+        return [f"{path}: 'files' is not a mapping of paths to checksums"]
     for name, entry in files.items():
+        outside = _outside(report, name)
+        if outside:
+            problems.append(f"{path} lists {name!r}, {outside}; it was not read (a "
+                            f"publication's files lie in {report})")
+            continue
         target = report / name
-        if not target.is_file():
+        if not isinstance(entry, dict):
+            problems.append(f"{path}: the entry of {name!r} is not {{bytes, sha256}}")
+        elif not target.is_file():
             problems.append(f"{target} is listed in the manifest but missing")
         elif archive.sha256_file(target) != entry.get("sha256"):
             problems.append(f"{target} does not match its SHA-256 in the manifest (changed "
@@ -766,7 +814,18 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
         if extra.name != MANIFEST and f"{DATA_DIR}/{extra.name}" not in files:
             problems.append(f"{extra} is not listed in the manifest")
     render_args = manifest.get("render") or {}
-    results = Path(str(render_args.get("results", "")))
+    if not isinstance(render_args, dict) or not all(
+            isinstance(render_args.get(k), str) for k in ("results", "cost_model", "command")):
+        problems.append(f"{path}: 'render' must give results, cost_model and command as text")
+        return problems
+    cost_model = render_args["cost_model"]
+    outside = _outside(report, os.path.relpath(os.path.abspath(cost_model), report))
+    if outside:
+        problems.append(f"{path}: render.cost_model {cost_model!r} is not inside {report} "
+                        f"({outside}); the report was not rendered again (publish --check "
+                        f"reads only {report})")
+        return problems
+    results = Path(render_args["results"])
     if not results.is_dir() or results.resolve() != (report / DATA_DIR).resolve():
         problems.append(f"the report was rendered from {results}, which is not {report / DATA_DIR} "
                         "from here: run the check from the folder it was published in (the "
@@ -783,6 +842,21 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
         problems.append(f"{report / INDEX} is not what {results} renders to now: "
                         + first_difference(strip_stamp(committed), strip_stamp(fresh)))
     return problems
+
+
+def _outside(report: Path, name: object) -> str | None:
+    """Why the manifest path ``name`` (relative to ``report``) is not a path inside it, or
+    None: absolute, climbing out with ``..``, or leading out through a symbolic link."""
+    if not isinstance(name, str) or not name or "\x00" in name:
+        return "not a path"
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name):
+        return "an absolute path"
+    if ".." in re.split(r"[/\\]", name):
+        return "a path that climbs out with '..'"
+    root = report.resolve()
+    if not (report / name).resolve().is_relative_to(root):
+        return "a path that leads out through a symbolic link"
+    return None
 
 
 def first_difference(old: str, new: str, width: int = 160) -> str:
