@@ -15,8 +15,9 @@ import pytest
 
 from mnistbench.core import schema
 from mnistbench.core.schema import RESOURCE_COLUMNS
-from mnistbench.measure import monitor
-from mnistbench.measure.monitor import STAGES, NvmlGpu, Rapl, ResourceMonitor
+from mnistbench.measure import gpusampler, monitor
+from mnistbench.measure.gpusampler import NvmlGpu
+from mnistbench.measure.monitor import STAGES, Rapl, ResourceMonitor
 
 COLUMNS = list(schema.RESOURCE_COLUMNS)
 GPU_COLUMNS = ("gpu_util_pct", "gpu_mem_mb", "gpu_power_w", "gpu_energy_j")
@@ -481,7 +482,7 @@ def real_nvml_error() -> str | None:
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     try:
-        monitor._cuda_to_nvml(pynvml, 0, None)
+        gpusampler._cuda_to_nvml(pynvml, 0, None)
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     finally:
@@ -651,10 +652,10 @@ def test_nvml_state_reads_clocks_power_limit_and_throttle_reasons():
 
 def test_throttle_text_names_every_reason():
     """No reason is none, known bits by name, unknown bits in hex, unknown mask None."""
-    assert monitor.throttle_text(0) == "none"
-    assert monitor.throttle_text(0x1 | 0x8 | 0x80) == "idle+hw_slowdown+hw_power_brake"
-    assert monitor.throttle_text(0x4 | 0x1000) == "sw_power_cap+0x1000"
-    assert monitor.throttle_text(None) is None
+    assert gpusampler.throttle_text(0) == "none"
+    assert gpusampler.throttle_text(0x1 | 0x8 | 0x80) == "idle+hw_slowdown+hw_power_brake"
+    assert gpusampler.throttle_text(0x4 | 0x1000) == "sw_power_cap+0x1000"
+    assert gpusampler.throttle_text(None) is None
 
 
 def test_monitor_records_gpu_state_at_start_and_end():
@@ -729,7 +730,7 @@ def test_amdsmi_gpu_reads_power_energy_and_state():
     resolution in uJ), and clocks, power cap and throttle status; written against ROCm's
     amdsmi API, run here against a fake of it only."""
     smi = FakeAmdSmi()
-    gpu = monitor.AmdSmiGpu(0, amdsmi=smi)
+    gpu = gpusampler.AmdSmiGpu(0, amdsmi=smi)
     assert gpu.energy_source == "amdsmi-counter"
     smi.energy += 1_000_000
     row = gpu.read(time.perf_counter())
@@ -744,7 +745,7 @@ def test_amdsmi_gpu_reads_power_energy_and_state():
 
 def test_amdsmi_without_a_counter_integrates_power():
     """Without an energy accumulator the energy is the power integral over time."""
-    gpu = monitor.AmdSmiGpu(0, amdsmi=FakeAmdSmi(counter=False))
+    gpu = gpusampler.AmdSmiGpu(0, amdsmi=FakeAmdSmi(counter=False))
     assert gpu.energy_source == "amdsmi-power-integral"
     t0 = gpu._last_power[0]
     assert gpu.energy_j(t0 + 2.0) == pytest.approx(1100.0)
@@ -753,7 +754,7 @@ def test_amdsmi_without_a_counter_integrates_power():
 def test_amdsmi_follows_hip_visible_devices(monkeypatch):
     """Visible GPU 0 under HIP_VISIBLE_DEVICES=1 is AMD SMI's device 1."""
     monkeypatch.setenv("HIP_VISIBLE_DEVICES", "1")
-    assert monitor.AmdSmiGpu(0, amdsmi=FakeAmdSmi()).handle == "gpu1"
+    assert gpusampler.AmdSmiGpu(0, amdsmi=FakeAmdSmi()).handle == "gpu1"
 
 
 def test_monitor_uses_amdsmi_for_an_amd_gpu():
