@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mnistbench.core import atomic, schema
+from mnistbench.core import atomic, options, schema
 
 #: The MNIST splits' sizes (the training and test samples a cell can use at most).
-TRAIN_SAMPLES = 60_000
-TEST_SAMPLES = 10_000
+TRAIN_SAMPLES = options.MNIST_TRAIN_SAMPLES
+TEST_SAMPLES = options.MNIST_TEST_SAMPLES
 
 SECTIONS: dict[str, Mapping[str, tuple[str, str]]] = {
     "params": schema.PARAM_FIELDS,
