@@ -270,3 +270,25 @@ def test_a_second_sigterm_does_not_cut_the_clean_up_short(tmp_path, runs, monkey
     assert cli.main(["unpack", str(packed), "--runs", str(target)]) == 143
     monkeypatch.setattr(archive.shutil, "rmtree", real)
     assert not target.exists() or list(target.iterdir()) == []
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path, runs, monkeypatch):
+    """Under nohup (SIGHUP ignored) a hang-up does not interrupt the command: only signals
+    left at their default are turned into the clean-up."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        real = archive.check_archive
+        sent: list[int] = []
+
+        def hang_up(*args, **kwargs):
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGHUP)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(archive, "check_archive", hang_up)
+        out = tmp_path / "alpha.tar.gz"
+        assert cli.main(["pack", ENV, "--runs", str(runs), "--out", str(out)]) == 0
+        assert sent == [1] and out.is_file()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)

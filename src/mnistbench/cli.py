@@ -65,6 +65,8 @@ def _signals_as_errors(enabled: bool):
 
     previous = {}
     for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            continue  # ignored on purpose (nohup): stays ignored
         with contextlib.suppress(OSError, ValueError):
             previous[signum] = signal.signal(signum, terminate)
     try:
