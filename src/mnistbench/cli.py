@@ -31,6 +31,7 @@ from mnistbench.core.options import (
     add_train_arguments,
     non_negative_int,
     positive_float,
+    use_defaults_help,
 )
 
 
@@ -131,8 +132,37 @@ def _add_train(sub) -> None:
     add_train_arguments(p).set_defaults(func=_cmd_train)
 
 
+#: Where the pinned torch build is listed (the one home of the pin: envs/README.md).
+TORCH_REQUIREMENTS = "envs/pip/torch.txt"
+
+
+def torch_missing(exc: ModuleNotFoundError) -> str:
+    """The paragraph of a ``train`` run where torch cannot be imported (``exc``): what is
+    missing, for which Python, and how to install the pinned build."""
+    return (f"torch cannot be imported in this Python ({sys.executable}): {exc}. `mnistbench "
+            "train` and `mnistbench peak` run the timed process, which needs PyTorch at the "
+            f"build the study pins; install it with `pip install -r {TORCH_REQUIREMENTS}` "
+            "from the project's folder (scripts/setup does that, and the Docker images have "
+            "it), then run the command again. The other commands (fetch, env, aggregate, "
+            "table, report, pack, unpack, publish) work without torch.")
+
+
+def _import_measure(name: str):
+    """``mnistbench.measure.NAME``, or :class:`CliError` with :func:`torch_missing` when it
+    cannot be imported for want of torch (or of a package of its build)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"mnistbench.measure.{name}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in ("torch", "torchvision"):
+            raise
+        raise CliError(torch_missing(exc)) from None
+
+
 def _cmd_train(args) -> int:
-    from mnistbench.measure import entry, train
+    entry = _import_measure("entry")
+    from mnistbench.measure import train
 
     try:
         return entry.run(args)
@@ -243,7 +273,8 @@ def _add_report(sub) -> None:
     p.add_argument("--cost-model", type=Path, default=None,
                    help="YAML or JSON file with the cost model (prices, power, life); "
                    "default: the built-in model")
-    p.add_argument("--out", type=Path, default=Path("results/report/index.html"))
+    p.add_argument("--out", type=Path, default=Path("results/report/index.html"),
+                   help="the HTML file to write")
     p.add_argument("--figures-dir", type=Path, default=None,
                    help="also write each chart as a PNG file here")
     p.add_argument("--command", default=None,
@@ -464,7 +495,8 @@ def _add_docker(sub) -> None:
         "tag, Dockerfile digest, build arguments, engine version, build time) atomically. "
         "IMAGE_NAME (the tag), REVISION (git revision) and CREATED (now) are passed as build "
         "arguments unless given. A failed build leaves no record.")
-    build.add_argument("--dockerfile", type=Path, required=True)
+    build.add_argument("--dockerfile", type=Path, required=True,
+                       help="the Dockerfile, e.g. docker/cpu.Dockerfile")
     build.add_argument("--tag", required=True, help="image name:tag")
     build.add_argument("--context", type=Path, default=Path("."),
                        help="build context: the project's root folder (default: %(default)s)")
@@ -554,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
                 _add_aggregate, _add_report, _add_pack, _add_unpack, _add_publish,
                 _add_docker):
         add(sub)
-    return parser
+    return use_defaults_help(parser)
 
 
 def main(argv: list[str] | None = None) -> int:

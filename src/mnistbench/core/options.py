@@ -39,6 +39,40 @@ TRAIN_DESCRIPTION = (
     "exits 10, 11 or 12.")
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every ``mnistbench`` parser's help formatter: each option's help ends with its
+    default, ``(default: X)``, unless the help already says it (``%(default)s``, or
+    ``default:`` in words) or there is none to show (None, False, an empty string or list: a
+    flag that is off, an option that is unset)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("%(default)" in text or "default:" in text or default is argparse.SUPPRESS
+                or default is None or (default is False and not isinstance(
+                    action, argparse.BooleanOptionalAction)) or default in ("", [], ())):
+            return text
+        if not action.option_strings and action.nargs not in (argparse.OPTIONAL,
+                                                              argparse.ZERO_OR_MORE):
+            return text
+        if isinstance(action, argparse.BooleanOptionalAction):
+            # The flag in effect, not True or False.
+            on, off = action.option_strings[0], action.option_strings[-1]
+            return f"{text} (default: {on if default else off})"
+        return f"{text} (default: %(default)s)"
+
+
+def use_defaults_help(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Give ``parser`` and every subcommand parser under it :class:`DefaultsHelpFormatter`;
+    return ``parser``."""
+    parser.formatter_class = DefaultsHelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                use_defaults_help(sub)
+    return parser
+
+
 def positive_int(text: str) -> int:
     """An int of at least 1."""
     value = int(text)
@@ -121,7 +155,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "pipeline); resident: the normalised dataset as one tensor on the device")
     p.add_argument("--epochs", type=positive_int, default=1, help="timed epochs")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
-    p.add_argument("--seed", type=non_negative_int, default=0)
+    p.add_argument("--seed", type=non_negative_int, default=0,
+                   help="seed of the initialisation, the shuffling and the dropout")
     p.add_argument("--threads", type=non_negative_int, default=0,
                    help="torch intra-op CPU threads (0: torch's default)")
     allocator_option(p)
@@ -134,9 +169,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--compile", nargs="?", const="default", default="",
                    choices=["default", "reduce-overhead", "max-autotune"],
                    help="wrap the model in torch.compile with this mode (bare --compile: "
-                   "default; reduce-overhead uses CUDA graphs on CUDA)")
+                   "default; reduce-overhead uses CUDA graphs on CUDA; default: none, eager)")
     p.add_argument("--implementation", choices=IMPLEMENTATIONS, default="tuned",
-                   help="tuned (default): this project's formulation (Net: pool before ReLU, "
+                   help="tuned: this project's formulation (Net: pool before ReLU, "
                    "bit dropout, channels_last, fused Adam); stock: the blog's code as written "
                    "(ReferenceNet, nn.Dropout, torch.optim.Adam, the default memory format); "
                    "both compute the same function")
@@ -174,12 +209,20 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--cell", default=None, help="cell id recorded (default: --out's name)")
     p.add_argument("--repeat", type=non_negative_int, default=0, help="repeat index recorded")
     p.add_argument("--tip", default="", help="the tips experiment's lever this cell measures "
-                   "(recorded; mnistbench.core.study.TIPS)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+                   "(recorded; mnistbench.core.study.TIPS; default: none)")
+    p.add_argument("--quiet", action="store_true",
+                   help="print nothing but errors: no progress bar, no result line, no "
+                   "summary path (what the workflow passes)")
+    p.add_argument("--json", action="store_true",
+                   help="print the summary's headline figures (status, exit code, the cell's "
+                   "settings, s/epoch, samples/s, accuracy, busy, disturbed epochs, the "
+                   "summary's path) as one JSON object on stdout instead of the path; "
+                   "printed with --quiet too")
     return p
 
 
 def train_parser() -> argparse.ArgumentParser:
     """A stand-alone parser of `mnistbench train`'s options (exits 2 on a usage error)."""
     return add_train_arguments(argparse.ArgumentParser(
-        prog="mnistbench train", description=TRAIN_DESCRIPTION))
+        prog="mnistbench train", description=TRAIN_DESCRIPTION,
+        formatter_class=DefaultsHelpFormatter))
