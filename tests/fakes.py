@@ -143,7 +143,8 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                     }
                     params.setdefault("allocator", "auto")  # the CPU runtime (cpuruntime)
                     params.update({"implementation": "tuned", "cudnn_benchmark": True,
-                                   "max_batch": False, "max_batch_stop": None, "tip": ""})
+                                   "max_batch": False, "max_batch_stop": None, "tip": "",
+                                   "width": 1})
                     params.update(extra_params)
                     folder = runs / env / experiment / cid
                     write_cell(folder, params, status=status, reason=reason, machine=machine,
@@ -295,6 +296,7 @@ def _epoch_rows(params: dict, machine: Machine, rng: np.random.Generator) -> lis
             "eval_s": round(ev, 5), "epoch_s": round(train_s + ev, 5),
             "train_loss": round(train_loss, 5), "test_loss": round(test_loss, 5),
             "test_acc": round(test_acc, 3), "samples_per_s": round(samples / train_s, 2),
+            "others_load_pct": 0.4, "disturbed": "",
         })
     return rows
 
@@ -373,6 +375,10 @@ def _results(params: dict, epochs: list[dict], resources: list[dict], has_gpu: b
         "optimizer_s": float(col(epochs, "optimizer_s").sum()),
         "eval_s": float(col(epochs, "eval_s").sum()),
         "samples_per_s": float(np.median(col(epochs, "samples_per_s"))),
+        "disturbed_epochs": 0,
+        "train_flops_per_sample": FLOPS_PER_SAMPLE,
+        "achieved_gflops": FLOPS_PER_SAMPLE * float(np.median(col(epochs, "samples_per_s")))
+        / 1e9,
         "steps_per_epoch": int(epochs[0]["steps"]),
         "final_test_acc": float(acc[-1]), "best_test_acc": float(acc.max()),
         "best_epoch": int(np.argmax(acc)) + 1,
@@ -430,6 +436,10 @@ def _iso(unix: float) -> str:
     from datetime import datetime
 
     return datetime.fromtimestamp(unix, tz=UTC).isoformat(timespec="seconds")
+
+
+#: FLOPs of one training sample of the blog's network (mnistbench.core.network).
+FLOPS_PER_SAMPLE = 71_565_312
 
 
 def _write_csv(path: Path, columns: Mapping[str, object], rows: list[dict]) -> None:

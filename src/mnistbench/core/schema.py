@@ -55,9 +55,10 @@ ADDED_IN: dict[str, int] = {
     "interop_threads": 3,
     "omp_settings": 3,
     "cpu_affinity": 3,
-    # Provenance by digest (mnistbench.core.provenance).
-    "code_digest": 4,
-    "workflow_digest": 4,
+    # Provenance by digest (mnistbench.core.provenance), disturbed epochs, FLOPs.
+    **dict.fromkeys(("code_digest", "workflow_digest", "width", "disturbed_epochs",
+                     "train_flops_per_sample", "achieved_gflops", "others_load_pct",
+                     "disturbed"), 4),
 }
 
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
@@ -115,6 +116,8 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
                        "options.MAX_BATCH_CAP elsewhere, or the training samples)"),
     "tip": ("", "the tips experiment's lever the cell measures (mnistbench.core.study.TIPS), empty "
             "in the other experiments"),
+    "width": ("", "channel width multiplier of the network's convolutions (1: the blog's "
+              "network; mnistbench.core.network)"),
 }
 
 ENV_FIELDS: dict[str, tuple[str, str]] = {
@@ -188,16 +191,29 @@ TIMING_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 RESULT_FIELDS: dict[str, tuple[str, str]] = {
-    "epoch_s_median": ("s", "median wall time of a timed epoch (train + eval)"),
-    "epoch_s_mean": ("s", "mean wall time of a timed epoch (train + eval)"),
-    "train_s_median": ("s", "median wall time of an epoch's training part"),
-    "total_s": ("s", "sum of the timed epochs' wall times"),
+    "epoch_s_median": ("s", "median wall time of a timed epoch (train + eval), over the epochs "
+                       "not disturbed (disturbed_epochs)"),
+    "epoch_s_mean": ("s", "mean wall time of a timed epoch (train + eval), over the epochs not "
+                     "disturbed"),
+    "train_s_median": ("s", "median wall time of an epoch's training part, over the epochs not "
+                       "disturbed"),
+    "total_s": ("s", "the timed epochs' wall time, each disturbed epoch counted as the median "
+                "of the others"),
+    "disturbed_epochs": ("epochs", "timed epochs flagged disturbed in epochs.csv (other "
+                         "processes' load, or far outside the cell's spread): left out of the "
+                         "medians, the total and the costs"),
     "data_s": ("s", "total time fetching batches and copying them to the device"),
     "forward_s": ("s", "total forward pass time, loss included"),
     "backward_s": ("s", "total backward pass time"),
     "optimizer_s": ("s", "total optimizer step time"),
     "eval_s": ("s", "total test-set evaluation time"),
-    "samples_per_s": ("samples/s", "training samples per second of training time (median)"),
+    "samples_per_s": ("samples/s", "training samples per second of training time (median "
+                      "over the epochs not disturbed)"),
+    "train_flops_per_sample": ("FLOP", "FLOPs of one training sample at the cell's width "
+                               "(mnistbench.core.network: convolutions and linear layers, "
+                               "forward and backward)"),
+    "achieved_gflops": ("GFLOP/s", "train_flops_per_sample x samples_per_s: the training "
+                        "arithmetic this cell sustained"),
     "steps_per_epoch": ("steps", "training steps in one epoch"),
     "final_test_acc": ("%", "test accuracy after the last epoch"),
     "best_test_acc": ("%", "best test accuracy over the epochs"),
@@ -248,6 +264,11 @@ EPOCH_COLUMNS: dict[str, tuple[str, str]] = {
     "test_loss": ("", "mean test cross-entropy"),
     "test_acc": ("%", "test accuracy"),
     "samples_per_s": ("samples/s", "samples / train_s"),
+    "others_load_pct": ("%", "share of all cores other processes used during the epoch (the "
+                        "sampler's system load less the cell's own)"),
+    "disturbed": ("", "why the epoch counts as disturbed (load: others above 25 %; outlier: "
+                  "far slower than the cell's other epochs; both joined by +), empty when "
+                  "quiet (mnistbench.measure.disturbance)"),
 }
 
 #: Phases of a training step, in order, then evaluation.

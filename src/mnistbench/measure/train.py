@@ -31,7 +31,6 @@ Measurement policy (see the README's methodology):
 from __future__ import annotations
 
 import contextlib
-import copy
 import datetime as dt
 import math
 import os
@@ -47,17 +46,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.nn import functional as F
 
-from mnistbench.core import atomic, cpuruntime, devices, options, schema, study
+from mnistbench.core import atomic, cpuruntime, devices, network, options, schema, study
 from mnistbench.core.clock import process_start_unix
 from mnistbench.core.envvars import PROCESS_START_VAR
 from mnistbench.data import mnist as data
-from mnistbench.measure import backends, hardware, model, sysinfo
+from mnistbench.measure import backends, disturbance, hardware, sysinfo
 from mnistbench.measure.loaders import Loaders, build_loaders
 from mnistbench.measure.monitor import ResourceMonitor
-from mnistbench.measure.optim import AdamImpl, make_adam
 from mnistbench.measure.timing import phase_timer, synchronize, timing_method
+from mnistbench.measure.trainer import Trainer, _NullTimer
 
 COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune")
 OUTPUT_FILES = (schema.EPOCHS_FILE, schema.RESOURCES_FILE, schema.SUMMARY_FILE)
@@ -97,6 +95,7 @@ class TrainConfig:
     pin_memory: bool = False
     compile: str = ""  # one of COMPILE_MODES; "" is eager
     implementation: str = "tuned"  # tuned | stock (the blog's code as written)
+    width: int = 1  # channel width multiplier of the convolutions (core.network)
     cudnn_benchmark: bool = True  # torch.backends.cudnn.benchmark on CUDA
     max_batch: bool = False  # find the largest batch size that fits (find_max_batch)
     tip: str = ""  # the tips experiment's lever (recorded)
@@ -172,123 +171,6 @@ def _jsonable(value):
     return str(value) if isinstance(value, Path) else value
 
 
-class _NullTimer:
-    def mark(self, phase: str) -> None:
-        pass
-
-
-class Trainer:
-    """The model, optimizer and precision policy of a cell, and its training and eval steps."""
-
-    def __init__(self, cfg: TrainConfig, device: torch.device, init_seed: int) -> None:
-        self.cfg, self.device = cfg, device
-        self.backend = backends.backend(cfg.device)
-        self.policy = backends.precision_policy(cfg.precision)
-        self.policy.apply_backend_flags()
-        stock = cfg.implementation == "stock"
-        # stock: the blog's code as written (ReferenceNet, nn.Dropout, the default memory
-        # format, torch.optim.Adam); tuned: the same function, reformulated (model.py).
-        self.base = model.build_model(init_seed, cfg.implementation).to(
-            device, memory_format=torch.contiguous_format if stock else torch.channels_last)
-        self.net = self.base
-        if cfg.compile:
-            self.net = torch.compile(self.base, mode=cfg.compile)
-        # Fused Adam: one kernel (CUDA) or one pass (CPU) over all parameters; the same
-        # update as torch.optim.Adam(fused=True) without its start-up cost (optim.py).
-        # torch._fused_adam_ when it passes its start-up check, else the public fallback.
-        if stock:
-            self.optimizer = torch.optim.Adam(self.base.parameters(), lr=cfg.lr)
-            self.adam = AdamImpl(STOCK_ADAM)
-        else:
-            self.optimizer, self.adam = make_adam(self.base.parameters(), lr=cfg.lr)
-        self.scaler = torch.amp.GradScaler(device.type) if self.policy.grad_scaler else None
-        # Each step's training loss stays on the device (one copy, no synchronisation) until
-        # take_losses() reads them all at once; _sizes holds each step's samples.
-        self._losses = torch.zeros(0, device=device)
-        self._sizes: list[int] = []
-
-    def begin_epoch(self, steps: int) -> None:
-        """Start a new loss record with room for ``steps`` steps (allocated here, outside the
-        timed loop)."""
-        self._sizes = []
-        if len(self._losses) < steps:
-            self._losses = torch.zeros(steps, device=self.device)
-
-    def take_losses(self) -> tuple[list[float], list[int]]:
-        """The training loss and sample count of every step since the last call (the losses
-        read from the device in one transfer), and start a new record."""
-        n = len(self._sizes)
-        losses = self._losses[:n].tolist() if n else []
-        sizes, self._sizes = self._sizes, []
-        return losses, sizes
-
-    def step(self, x: torch.Tensor, y: torch.Tensor, timer) -> None:
-        """One training step; marks forward, backward and optimizer on ``timer``."""
-        with self.policy.autocast(self.device.type):
-            loss = F.cross_entropy(self.net(x), y)
-        timer.mark("forward")
-        if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            timer.mark("backward")
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-        else:
-            loss.backward()
-            timer.mark("backward")
-            self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        timer.mark("optimizer")
-        n = len(self._sizes)
-        if n == len(self._losses):  # only in the warm-up: begin_epoch sizes the timed record
-            grown = torch.zeros(max(16, 2 * n), device=self.device)
-            grown[:n] = self._losses
-            self._losses = grown
-        self._losses[n] = loss.detach()
-        self._sizes.append(len(y))
-
-    @torch.no_grad()
-    def evaluate(self, batches) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Summed test loss and correct count (device tensors, not yet read) and sample count."""
-        self.net.eval()
-        loss = torch.zeros((), device=self.device)
-        correct = torch.zeros((), dtype=torch.int64, device=self.device)
-        count = 0
-        for x, y in batches:
-            with self.policy.autocast(self.device.type):
-                logits = self.net(x)
-            loss += F.cross_entropy(logits.float(), y, reduction="sum")
-            correct += (logits.argmax(1) == y).sum()
-            count += len(y)
-        self.net.train()
-        return loss, correct, count
-
-    def snapshot(self) -> dict:
-        """Model, optimizer and RNG states, to undo the warm-up."""
-        state = {
-            "model": copy.deepcopy(self.base.state_dict()),
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-            "cpu_rng": torch.get_rng_state(),
-        }
-        if self.device.type == "cuda":
-            state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
-        elif self.backend.is_accelerator:
-            state["device_rng"] = self.backend.get_rng_state()
-        return state
-
-    def restore(self, state: dict) -> None:
-        """Put back what :meth:`snapshot` saved; the loss record and scaler start anew."""
-        self.base.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["cpu_rng"])
-        if "cuda_rng" in state:
-            torch.cuda.set_rng_state(state["cuda_rng"], self.device)
-        if "device_rng" in state:
-            self.backend.set_rng_state(state["device_rng"])
-        if self.scaler is not None:
-            self.scaler = torch.amp.GradScaler(self.device.type)
-        self._sizes = []
-
-
 class TimeLimitReached(BaseException):
     """The cell's ``time_limit`` passed during its warm-up or timed epochs. A BaseException
     (like KeyboardInterrupt), so that no ``except Exception`` on the way (e.g. the resource
@@ -316,8 +198,6 @@ def time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
-#: What sources.adam records for the stock implementation.
-STOCK_ADAM = "torch.optim.Adam (stock)"
 #: Share of the memory available at the start that a CPU search may plan to use.
 CPU_MEMORY_SHARE = 0.5
 
@@ -456,6 +336,8 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
         train_loss = math.fsum(v * n for v, n in zip(losses, sizes, strict=True)) / max(samples, 1)
         progress.update(epoch, cfg.epochs, steps, steps_per_epoch, wall_start, force=True)
         train_s = sum(phases.get(p, 0.0) for p in schema.PHASES if p != "eval")
+        # What else used the machine during this epoch (read outside the timed span).
+        others = monitor.others_load_between(wall_start, wall_start + wall)
         rows.append({
             "epoch": epoch,
             "steps": steps,
@@ -467,7 +349,13 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
             "test_loss": test_loss,
             "test_acc": 100.0 * correct.item() / max(count, 1),
             "samples_per_s": samples / train_s if train_s > 0 else None,
+            "others_load_pct": None if others is None else round(others, 1),
+            "disturbed": "",
         })
+    for row, why in zip(rows, disturbance.flags([r["epoch_s"] for r in rows],
+                                                [r["others_load_pct"] for r in rows]),
+                        strict=True):
+        row["disturbed"] = why
     energy_end = monitor.energy()
     monitor.record_gpu_state("end")
     energy = {
@@ -508,20 +396,31 @@ def check_losses(losses: list[float], test_loss: float, epoch: int, cfg: TrainCo
         "or use another precision")
 
 
-def headline(rows: list[dict]) -> dict:
-    """The summary's results from the epoch rows (None where there are none)."""
+def headline(rows: list[dict], width: int = 1) -> dict:
+    """The summary's results from the epoch rows (None where there are none). Medians and
+    the throughput come from the epochs not disturbed; the total counts each disturbed epoch
+    as the median of the others, so it stays a total of all the epochs asked for."""
     if not rows:
         return {}
-    epoch_s = [r["epoch_s"] for r in rows]
+    flags = [r.get("disturbed") or "" for r in rows]
+    quiet = [r for r, why in zip(rows, flags, strict=True) if not why] or rows
+    epoch_s = [r["epoch_s"] for r in quiet]
+    median = statistics.median(epoch_s)
     best = max(rows, key=lambda r: r["test_acc"])
-    rates = [r["samples_per_s"] for r in rows if r["samples_per_s"]]
+    rates = [r["samples_per_s"] for r in quiet if r["samples_per_s"]]
+    rate = statistics.median(rates) if rates else None
+    per_sample = network.train_flops(width)
     return {
-        "epoch_s_median": statistics.median(epoch_s),
+        "epoch_s_median": median,
         "epoch_s_mean": statistics.fmean(epoch_s),
-        "train_s_median": statistics.median(r["train_s"] for r in rows),
-        "total_s": sum(epoch_s),
+        "train_s_median": statistics.median(r["train_s"] for r in quiet),
+        "total_s": sum(r["epoch_s"] if not why else median
+                       for r, why in zip(rows, flags, strict=True)),
+        "disturbed_epochs": sum(1 for why in flags if why),
         **{f"{p}_s": sum(r[f"{p}_s"] for r in rows) for p in schema.PHASES},
-        "samples_per_s": statistics.median(rates) if rates else None,
+        "samples_per_s": rate,
+        "train_flops_per_sample": per_sample,
+        "achieved_gflops": per_sample * rate / 1e9 if rate else None,
         "steps_per_epoch": rows[0]["steps"],
         "final_test_acc": rows[-1]["test_acc"],
         "best_test_acc": best["test_acc"],
@@ -529,6 +428,22 @@ def headline(rows: list[dict]) -> dict:
         "final_test_loss": rows[-1]["test_loss"],
         "final_train_loss": rows[-1]["train_loss"],
     }
+
+
+def disturbed_warning(rows: list[dict]) -> str | None:
+    """The terminal warning of a cell with disturbed epochs (None without any)."""
+    bad = [r for r in rows if r.get("disturbed")]
+    if not bad:
+        return None
+    quiet = [r["epoch_s"] for r in rows if not r.get("disturbed")]
+    median = f"{statistics.median(quiet):.3g} s" if quiet else "none quiet"
+    which = "; ".join(f"epoch {r['epoch']}: {r['epoch_s']:.3g} s, {r['disturbed']}"
+                      + (f" (others {r['others_load_pct']:.0f} % of the machine)"
+                         if r.get("others_load_pct") is not None else "") for r in bad[:5])
+    return (f"mnistbench train: warning: {len(bad)} of {len(rows)} timed epochs were disturbed "
+            f"({which}; the quiet epochs' median: {median}). They are flagged in "
+            f"{schema.EPOCHS_FILE} and left out of the medians, the total and the costs; "
+            "time the cell again on a quiet machine to measure them.")
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -686,7 +601,7 @@ def results_of(run: CellRun) -> dict:
     energy."""
     results = {k: None for k in schema.RESULT_FIELDS}
     if run.status == "ok":
-        results.update(headline(run.rows))
+        results.update(headline(run.rows, run.cfg.width))
     results.update(run.monitor.summary(stage="train"))
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
     results["peak_rss_mb"] = max(peak_rss, results.get("peak_rss_mb") or 0.0)
@@ -769,6 +684,8 @@ def run_cell(cfg: TrainConfig) -> int:
     save_collect_env(run)
     if run.status != "ok":
         print(f"mnistbench train: {run.status}: {run.reason}", file=sys.stderr)
+    elif (warning := disturbed_warning(run.rows)) is not None:
+        print(warning, file=sys.stderr)
     return schema.EXIT_CODES[run.status]
 
 

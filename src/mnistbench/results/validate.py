@@ -136,6 +136,7 @@ _BY_UNIT = {
     "GiB": Spec("number", 0), "W": Spec("number", 0), "J": Spec("number", 0),
     "MHz": Spec("number", 0), "samples": Spec("int", 0), "steps": Spec("int", 0),
     "%": Spec("number", 0, 100), "ISO 8601": Spec("time"), "": Spec("text"),
+    "epochs": Spec("int", 0), "FLOP": Spec("number", 0), "GFLOP/s": Spec("number", 0),
 }
 _PERCENT_OF_A_CORE = Spec("number", 0)  # 100 = one core: a busy cell passes 100
 #: (section, field) -> its spec, where the unit's does not say enough.
@@ -143,6 +144,7 @@ _BY_NAME: dict[tuple[str, str], Spec] = {
     ("params", "repeat"): Spec("int", 0),
     ("params", "batch_size"): Spec("int", 1),
     ("params", "epochs"): Spec("int", 1),
+    ("params", "width"): Spec("int", 1),
     ("params", "lr"): Spec("number", 0, above=True),
     ("params", "seed"): Spec("int", 0),
     ("params", "threads"): Spec("int", 0),
@@ -169,6 +171,10 @@ _BY_NAME: dict[tuple[str, str], Spec] = {
     ("results", "final_test_loss"): Spec("number", 0),
     ("results", "final_train_loss"): Spec("number", 0),
     ("epochs", "epoch"): Spec("int", 1),
+    # the machine's load less the cell's own: slightly negative where the two are sampled
+    # a moment apart, as others_load_mean
+    ("epochs", "others_load_pct"): Spec("number", -100, 100),
+    ("epochs", "disturbed"): Spec("text"),
     ("epochs", "train_loss"): Spec("number", 0),
     ("epochs", "test_loss"): Spec("number", 0),
     ("resources", "proc_cpu_pct"): _PERCENT_OF_A_CORE,
@@ -192,7 +198,8 @@ OK_REQUIRED = {
 }
 #: CSV columns every row must have a value in.
 ROW_REQUIRED = {
-    "epochs": tuple(c for c in schema.EPOCH_COLUMNS if c != "samples_per_s"),
+    "epochs": tuple(c for c in schema.EPOCH_COLUMNS
+                    if c not in ("samples_per_s", "others_load_pct", "disturbed")),
     "resources": ("t_s", "stage"),
 }
 _CSV_FILES = {"epochs": schema.EPOCHS_FILE, "resources": schema.RESOURCES_FILE}
@@ -468,14 +475,17 @@ def _read_rows(cell: Cell, table: str) -> bool:
                                             else "and its samples"))
                     return False
                 return True
-            if sorted(header) != sorted(columns):
+            # A cell of an older schema lacks the columns added since: they read as empty.
+            added = [c for c in columns if c not in header
+                     and schema.ADDED_IN.get(c, 1) > cell.version]
+            if sorted(header) != sorted(c for c in columns if c not in added):
                 missing = [c for c in columns if c not in header]
                 extra = [c for c in header if c not in columns]
                 cell.problems.append(
                     f"{name} has an unexpected header (missing: {', '.join(missing) or '-'}; "
                     f"unknown: {', '.join(extra) or '-'}; expected: {', '.join(columns)})")
                 return False
-            order = [header.index(c) for c in columns]
+            order = [header.index(c) if c in header else None for c in columns]
             rows = []
             for line_no, record in enumerate(reader, start=2):
                 if not record:
@@ -484,7 +494,7 @@ def _read_rows(cell: Cell, table: str) -> bool:
                     cell.problems.append(f"{name} line {line_no} has {len(record)} fields, "
                                          f"expected {len(header)} (truncated or damaged)")
                     return False
-                row = [record[i] for i in order]
+                row = [record[i] if i is not None else "" for i in order]
                 if not _check_row(cell, table, name, line_no, row):
                     return False
                 rows.append(row)
