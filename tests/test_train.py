@@ -790,3 +790,13 @@ def test_a_cpu_hog_during_one_epoch_flags_it(tmp_path, tiny_mnist, monkeypatch, 
     assert float(rows[2]["others_load_pct"]) > 25.0
     assert summary["results"]["disturbed_epochs"] >= 1
     assert "timed epochs were disturbed" in capsys.readouterr().err
+
+
+def test_a_wider_network_trains_and_records_its_width_and_flops(tmp_path, tiny_mnist) -> None:
+    """--width 2 doubles the convolutions' channels: the cell records the width and the
+    FLOPs of a training sample at that width."""
+    args = options.train_parser().parse_args(["--width", "2", "--data", "d", "--out", "o"])
+    assert args.width == 2 and train.TrainConfig.from_namespace(args).width == 2
+    code, summary, _ = run(tmp_path, tiny_mnist, width=2, max_steps=2, quiet=True)
+    assert code == 0 and summary["params"]["width"] == 2
+    assert summary["results"]["train_flops_per_sample"] == network.train_flops(2)

@@ -175,6 +175,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "bit dropout, channels_last, fused Adam); stock: the blog's code as written "
                    "(ReferenceNet, nn.Dropout, torch.optim.Adam, the default memory format); "
                    "both compute the same function")
+    p.add_argument("--width", type=positive_int, default=1,
+                   help="channel width multiplier of the network's convolutions (1: the "
+                   "blog's network; the scale experiment widens it; mnistbench.core.network)")
     p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,
                    help="torch.backends.cudnn.benchmark on CUDA (autotuned during warm-up); "
                    "recorded, no effect elsewhere")
