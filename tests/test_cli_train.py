@@ -129,7 +129,7 @@ def test_a_busy_or_disturbed_cell_gets_one_warning_line(tmp_path, capsys, result
     path.write_text(json.dumps(summary_with(**results)))
     entry.report(path)
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("mnistbench train: ok: 1.5 s/epoch (median of 3 epochs), 40,000 "
+    assert err[0].startswith("mnistbench train: ok: 1.50 s/epoch (median of 3 epochs), 40,000 "
                              "samples/s, final test accuracy 98.50 %")
     warned = err[1:]
     if expected is None:

@@ -260,6 +260,47 @@ def _cmd_aggregate(args) -> int:
     return 0
 
 
+def _add_table(sub) -> None:
+    p = sub.add_parser(
+        "table", help="print the headline figures as a Markdown or CSV table, to paste",
+        description="Print, from the aggregated summary.csv in RESULTS, one row per cell of "
+        "the study but its repeat (experiment, device, precision, loader, batch size; the "
+        "tip or width where a row has one) with each environment's medians over its ok runs "
+        "of the epoch time, samples/s and final test accuracy, and its runs: every "
+        "environment one after the other, or those named with --env side by side (two get "
+        "the speed-up of the second over the first). Markdown, ready to paste into an issue, "
+        "or CSV (mnistbench.results.table).")
+    p.add_argument("--results", type=Path, default=Path("results"),
+                   help="folder with the aggregated summary.csv (report/data for the "
+                   "published study)")
+    p.add_argument("--env", action="append", default=[], metavar="ENV", dest="envs",
+                   help="an environment to show, side by side with the others named "
+                   "(repeatable, in the order of the columns; default: every environment, "
+                   "one after the other)")
+    p.add_argument("--experiment", action="append", default=[], metavar="NAME",
+                   dest="experiments",
+                   help="only this experiment's rows (repeatable; default: every experiment)")
+    p.add_argument("--format", choices=("markdown", "csv"), default="markdown",
+                   help="Markdown (GitHub-flavoured) or CSV (plain numbers)")
+    p.set_defaults(func=_cmd_table, parser=p)
+
+
+def _cmd_table(args) -> int:
+    from mnistbench.results import table
+
+    twice = dict.fromkeys(e for e in args.envs if args.envs.count(e) > 1)
+    if twice:
+        args.parser.error(f"--env names {', '.join(twice)} more than once: each column "
+                          "of environments shows one; name each environment once")
+    try:
+        text = table.render(args.results, envs=args.envs, experiments=args.experiments,
+                            fmt=args.format)
+    except table.TableError as exc:
+        raise CliError(str(exc)) from None
+    sys.stdout.write(text)
+    return 0
+
+
 def _add_report(sub) -> None:
     p = sub.add_parser(
         "report",
@@ -583,7 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
     # dest is not "command": `report --command` would overwrite it.
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
     for add in (_add_fetch, _add_train, _add_env, _add_env_name, _add_lock_file,
-                _add_aggregate, _add_report, _add_pack, _add_unpack, _add_publish,
+                _add_aggregate, _add_table, _add_report, _add_pack, _add_unpack, _add_publish,
                 _add_docker):
         add(sub)
     return use_defaults_help(parser)

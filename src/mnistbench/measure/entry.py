@@ -19,6 +19,7 @@ it, but ``--json`` still prints its object.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -99,10 +100,15 @@ def _number(value) -> float | None:
 
 
 def _seconds(value) -> str:
+    """Seconds to three significant digits, trailing zeros kept (26.0, 3.90, 0.518), one
+    decimal from 100 s on (as ``mnistbench table`` prints them)."""
     value = _number(value)
     if value is None:
         return "–"
-    return f"{value:.1f}" if value >= 100 else f"{value:.3g}"
+    if value <= 0:
+        return f"{value:.1f}"
+    rounded = float(f"{value:.3g}")  # the magnitude after rounding: 9.999 -> 10.0
+    return f"{value:.{min(6, max(1, 2 - math.floor(math.log10(rounded))))}f}"
 
 
 def result_line(summary: dict, path: Path) -> str:
