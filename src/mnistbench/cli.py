@@ -610,6 +610,26 @@ def _cmd_docker_run(args) -> int:
         raise CliError(str(exc)) from None
 
 
+def _add_completion(sub) -> None:
+    p = sub.add_parser(
+        "completion", help="print the shell completion script (bash or zsh)",
+        description="Print a completion script of the mnistbench command for SHELL, made "
+        "from its own parser: subcommands, flags, the allowed values of a flag, file names "
+        "where a flag takes a path. bash: `mnistbench completion bash > "
+        "~/.local/share/bash-completion/completions/mnistbench`, or `source <(mnistbench "
+        "completion bash)` in ~/.bashrc; zsh: `source <(mnistbench completion zsh)` in "
+        "~/.zshrc after compinit.")
+    p.add_argument("shell", choices=("bash", "zsh"), help="the shell")
+    p.set_defaults(func=_cmd_completion)
+
+
+def _cmd_completion(args) -> int:
+    from mnistbench import completion
+
+    sys.stdout.write(completion.script(build_parser(), args.shell))
+    return 0
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -625,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
     for add in (_add_fetch, _add_train, _add_env, _add_env_name, _add_lock_file,
                 _add_aggregate, _add_table, _add_report, _add_pack, _add_unpack, _add_publish,
-                _add_docker):
+                _add_docker, _add_completion):
         add(sub)
     return use_defaults_help(parser)
 
