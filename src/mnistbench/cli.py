@@ -170,6 +170,76 @@ def _cmd_train(args) -> int:
         raise CliError(str(exc)) from None
 
 
+def _add_peak(sub) -> None:
+    from mnistbench.core.devices import DEVICES, PRECISIONS
+
+    p = sub.add_parser(
+        "peak", help="measure the device's FLOP/s limit and write it as JSON",
+        description="Time a dense matmul and the study's second convolution on DEVICE at "
+        "each PRECISION, with the cell's threads, and write the measured GFLOP/s (with the "
+        "shapes, calls and seconds) to --out atomically (mnistbench.measure.peak). A device "
+        "that does not exist here exits 10, as `train` does (mnistbench.steps).")
+    p.add_argument("--device", choices=DEVICES, default="cpu", help="the device to measure")
+    p.add_argument("--precision", action="append", choices=PRECISIONS, default=None,
+                   dest="precisions", metavar="PRECISION",
+                   help=f"a precision to measure ({', '.join(PRECISIONS)}; repeatable; "
+                   "default: fp32)")
+    p.add_argument("--threads", type=non_negative_int, default=0,
+                   help="torch intra-op CPU threads (0: torch's default)")
+    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    p.set_defaults(func=_cmd_peak, parser=p)
+
+
+def _cmd_peak(args) -> int:
+    from mnistbench import steps
+    from mnistbench.core import devices, schema
+
+    precisions = tuple(dict.fromkeys(args.precisions or ["fp32"]))
+    for precision in precisions:
+        if not devices.is_supported(args.device, precision):
+            args.parser.error(f"precision {precision!r} is not supported on {args.device}; "
+                              f"allowed on {args.device}: "
+                              f"{', '.join(devices.SUPPORTED[args.device])}")
+    _import_measure("peak")
+    from mnistbench.measure import backends
+
+    try:
+        print(steps.write_peak(args.out, args.device, precisions, args.threads))
+    except backends.DeviceUnavailable as exc:
+        print(f"mnistbench peak: {args.device} unavailable: {exc}", file=sys.stderr)
+        return schema.EXIT_CODES["unavailable"]
+    except steps.StepError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
+def _add_cost_model(sub) -> None:
+    p = sub.add_parser(
+        "cost-model", help="write the resolved cost model (every default filled) as JSON",
+        description="Check a cost model (the workflow's config key cost) against "
+        "cost_model.schema.yaml, fill every key left out with its default, and write it to "
+        "--out atomically as the JSON that `mnistbench report --cost-model` reads "
+        "(mnistbench.steps: what the workflow's cost_model job does).")
+    p.add_argument("--config-json", required=True, metavar="JSON_OR_FILE",
+                   help="the model as a JSON object ({...}), or a file holding it (JSON by a "
+                   ".json suffix, else YAML); {} gives the built-in model")
+    p.add_argument("--source", default=None,
+                   help="what the model is called in error messages (default: the file, or "
+                   "--config-json)")
+    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    p.set_defaults(func=_cmd_cost_model)
+
+
+def _cmd_cost_model(args) -> int:
+    from mnistbench import steps
+
+    try:
+        print(steps.write_cost_model(args.out, args.config_json, source=args.source))
+    except steps.StepError as exc:
+        raise CliError(str(exc)) from None
+    return 0
+
+
 def _add_env(sub) -> None:
     p = sub.add_parser("env", help="print the environment capture as JSON",
                        description="Print what every summary records about the machine: "
@@ -643,9 +713,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mnistbench {__version__}")
     # dest is not "command": `report --command` would overwrite it.
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
-    for add in (_add_fetch, _add_train, _add_env, _add_env_name, _add_lock_file,
+    for add in (_add_fetch, _add_train, _add_peak, _add_env, _add_env_name, _add_lock_file,
                 _add_aggregate, _add_table, _add_report, _add_pack, _add_unpack, _add_publish,
-                _add_docker, _add_completion):
+                _add_cost_model, _add_docker, _add_completion):
         add(sub)
     return use_defaults_help(parser)
 
@@ -674,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
 #: Subcommands that write files: SIGTERM and SIGHUP run their clean-up as an error does
 #: (train keeps its own signal handling: the fork server and the trainer's time limit).
 _CLEANS_UP = frozenset({_cmd_fetch, _cmd_aggregate, _cmd_report, _cmd_pack, _cmd_unpack,
-                        _cmd_publish})
+                        _cmd_publish, _cmd_peak, _cmd_cost_model})
 
 
 if __name__ == "__main__":

@@ -1,0 +1,97 @@
+"""Steps that write one JSON file, as ``mnistbench`` subcommands, so the workflow can run them
+as commands instead of importing their modules into Snakemake's own process:
+
+- :func:`write_peak` (``mnistbench peak``): the device's measured FLOP/s limit,
+  :func:`mnistbench.measure.peak.measure`;
+- :func:`write_cost_model` (``mnistbench cost-model``): the cost model checked against its
+  schema with every default filled, :func:`mnistbench.results.cost.resolve`, what the
+  workflow's ``cost_model`` job writes (``write_cost_model`` in workflow/rules/common.smk).
+
+Both write atomically (:mod:`mnistbench.core.atomic`): the file is whole or not there. A top
+module: it imports ``measure`` (torch) only in :func:`write_peak`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from mnistbench.core import atomic
+
+
+class StepError(Exception):
+    """A step's input is bad or its output cannot be written: one paragraph with the fix."""
+
+
+def write_json(path: Path | str, data: object, what: str, option: str = "--out") -> Path:
+    """Write ``data`` as strict JSON to ``path`` atomically, its folder made; a
+    :class:`StepError` naming the path and the fix (phrased around ``option``) when it cannot
+    be written (no folder it made is left)."""
+    path = Path(path)
+    created: list[Path] = []
+    try:
+        created = atomic.make_dirs(path.parent)
+        return atomic.write_json(path, data)
+    except OSError as exc:
+        atomic.remove_dirs(created)
+        raise StepError(atomic.folder_error(path.parent, exc, what, option)) from None
+
+
+def write_peak(out: Path | str, device: str, precisions: Sequence[str],
+               threads: int = 0) -> Path:
+    """Measure ``device``'s limit at each of ``precisions`` with ``threads`` (0: torch's
+    default) and write the record to ``out``; the path. An absent device raises
+    :class:`mnistbench.measure.backends.DeviceUnavailable` and writes nothing."""
+    from mnistbench.measure import peak
+
+    record = peak.measure(device, tuple(precisions), threads=threads or None)
+    return write_json(out, record, "the measured limit")
+
+
+def read_model(text: str, source: str | None = None) -> tuple[object, str]:
+    """(the cost model document, what to call it) of ``text``: a JSON object, or the path of
+    a file holding the model (JSON by a ``.json`` suffix, else YAML)."""
+    if text.lstrip().startswith("{"):
+        source = source or "--config-json"
+        try:
+            return json.loads(text), source
+        except json.JSONDecodeError as exc:
+            raise StepError(f"cost model {source} is not valid JSON: {exc}. Pass a JSON "
+                            "object, or the path of a file holding one.") from None
+    path = Path(text)
+    source = source or str(path)
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StepError(f"--config-json {text!r} is neither a JSON object nor a readable file "
+                        f"({getattr(exc, 'strerror', None) or exc}). Pass the model as "
+                        "{...}, or the path of a JSON or YAML file.") from None
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(content), source
+        except json.JSONDecodeError as exc:
+            raise StepError(f"cost model {source} is not valid JSON: {exc}. Fix the "
+                            "syntax.") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(content), source
+    except yaml.YAMLError as exc:
+        raise StepError(f"cost model {source} is not valid YAML: {exc}. Fix the syntax."
+                        ) from None
+
+
+def write_cost_model(out: Path | str, text: str, source: str | None = None) -> Path:
+    """Check the cost model ``text`` (:func:`read_model`) against its schema, fill every key
+    left out with its default and write it to ``out`` as JSON; the path. A bad model is a
+    :class:`StepError` naming the key and the fix, and writes nothing."""
+    from mnistbench.results import cost
+
+    data, source = read_model(text, source)
+    try:
+        model = cost.resolve(data, source=source)
+        cost.validate(model, source)  # what the report builds from it
+    except cost.CostError as exc:
+        raise StepError(str(exc)) from None
+    return write_json(out, model, "the cost model")
