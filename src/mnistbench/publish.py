@@ -30,6 +30,9 @@ Each refusal can be waived (``allow_missing``, ``allow_failed``, ``allow_stale``
 ``reason``; the manifest records the cells waived and the reason. The tables must also be
 current: ``results/*.csv`` must be what aggregating ``results/runs`` gives now.
 
+The checks (the config, the cells, missing, failed and stale) are
+:mod:`mnistbench.publish_checks`; their names are importable from here too.
+
 :func:`verify` checks a publication: every checksum, and that rendering ``data/`` again gives
 ``index.html`` apart from the generation stamp (:func:`strip_stamp`), so the published report
 is reproducible from its own data.
@@ -38,7 +41,6 @@ is reproducible from its own data.
 from __future__ import annotations
 
 import contextlib
-import copy
 import csv
 import dataclasses
 import difflib
@@ -47,22 +49,38 @@ import re
 import shlex
 import shutil
 import stat
-import subprocess
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from mnistbench import __version__
-from mnistbench.core import atomic, provenance, schema, study
+from mnistbench.core import atomic, schema
+
+# The checks live in mnistbench.publish_checks; all their names stay importable from here.
+from mnistbench.publish_checks import (  # noqa: F401 - re-exported
+    CONFIG_SCHEMA,
+    DEFAULT_CONFIG,
+    REPORT_DIR,
+    CellInfo,
+    Problem,
+    PublishError,
+    checkout,
+    current_digests,
+    env_devices,
+    expected_cells,
+    find_problems,
+    load_config,
+    read_cells,
+    stale_reasons,
+)
 from mnistbench.results import aggregate, archive, validate
 
 #: ``format`` of the manifest, and its version.
 FORMAT = "mnistbench-publication"
 PUBLICATION_VERSION = 1
-REPORT_DIR = Path("report")
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
 INDEX = "index.html"
@@ -70,49 +88,10 @@ README = "README.md"
 COST_MODEL = "cost_model.json"
 TABLES = (aggregate.SUMMARY_CSV, aggregate.EPOCHS_CSV, aggregate.RESOURCES_CSV,
           aggregate.COLUMNS_CSV)
-DEFAULT_CONFIG = Path("config/config.yaml")
-CONFIG_SCHEMA = Path("workflow/schemas/config.schema.yaml")
 
 #: An ISO 8601 date-time with seconds and a time zone: the form of the report's generation
 #: stamp, which :func:`strip_stamp` masks.
 STAMP = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})")
-
-_GIT_TIMEOUT_S = 30
-
-
-class PublishError(Exception):
-    """The results cannot be published (or a publication does not check); the message names
-    the cells or files and the fix."""
-
-
-@dataclass(frozen=True)
-class Problem:
-    """A cell that keeps the results from being published: ``kind`` missing, failed or
-    stale, ``cell`` as ``env/experiment/cell``, and why."""
-
-    kind: str
-    cell: str
-    why: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"cell": self.cell, "why": self.why}
-
-
-@dataclass(frozen=True)
-class CellInfo:
-    """What the checks need of one cell's ``summary.json``."""
-
-    key: tuple[str, str, str]
-    status: str
-    schema_version: int
-    device: str
-    env: dict
-    #: Why the cell is invalid (mnistbench.results.validate), filed as failed; "" when valid.
-    invalid: str = ""
-
-    @property
-    def name(self) -> str:
-        return "/".join(self.key)
 
 
 @dataclass
@@ -122,206 +101,6 @@ class Publication:
     report: Path
     manifest: dict
     problems: list[Problem] = field(default_factory=list)
-
-
-# ---------------------------------------------------------------------------------------------
-# The study's config and its cells
-def load_config(configfiles: Sequence[Path], config_schema: Path = CONFIG_SCHEMA) -> dict:
-    """The study's config as the workflow reads it: ``configfiles`` merged in order (a later
-    file's keys replace, its mappings merge), every key left out set to its default from
-    ``config_schema``. Not validated here: the workflow refuses a bad config before any cell
-    runs."""
-    import yaml
-
-    config: dict = {}
-    for path in configfiles:
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise PublishError(f"cannot read the config {path}: {exc}. Pass the config the "
-                               "study ran with (--configfile, repeatable).") from None
-        if not isinstance(data, dict):
-            raise PublishError(f"the config {path} is not a mapping.")
-        _merge(config, data)
-    try:
-        spec = yaml.safe_load(Path(config_schema).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise PublishError(f"cannot read the config schema {config_schema}: {exc}. Run "
-                           "mnistbench publish from the project's folder.") from None
-    _fill_defaults(spec, config)
-    return config
-
-
-def _merge(into: dict, update: dict) -> None:
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = copy.deepcopy(value)
-
-
-def _fill_defaults(spec: dict, data: dict) -> None:
-    for name, sub in (spec.get("properties") or {}).items():
-        if not isinstance(sub, dict):
-            continue
-        if "default" in sub:
-            data.setdefault(name, copy.deepcopy(sub["default"]))
-        if isinstance(data.get(name), dict) and "properties" in sub:
-            _fill_defaults(sub, data[name])
-
-
-def env_devices(config: dict, cells: Iterable[CellInfo]) -> list[str]:
-    """The devices the study measures in one environment: config ``devices`` as listed; for
-    ``auto`` the CPU, and CUDA when the environment's cells recorded a GPU; for a SLURM
-    partition (cells with ``slurm_partition``) the devices its cells ran on."""
-    cells = list(cells)
-    if any(str(c.env.get("slurm_partition") or "") for c in cells):
-        return sorted({c.device for c in cells})
-    if config.get("devices", "auto") == "auto":
-        gpu = any(str(c.env.get("gpu_name") or "") and _int(c.env.get("gpu_count")) > 0
-                  for c in cells)
-        return ["cpu", "cuda"] if gpu else ["cpu"]
-    return list(config["devices"])
-
-
-def expected_cells(config: dict, cells: Sequence[CellInfo],
-                   env_configs: Mapping[str, dict] | None = None) -> set[tuple[str, str, str]]:
-    """(env, experiment, cell) of every cell the config's matrix asks of each environment
-    that has cells (:func:`mnistbench.core.study.build_matrix`, devices per :func:`env_devices`);
-    an environment in ``env_configs`` is asked what its own config's matrix holds."""
-    by_env: dict[str, list[CellInfo]] = defaultdict(list)
-    for cell in cells:
-        by_env[cell.key[0]].append(cell)
-    expected: set[tuple[str, str, str]] = set()
-    for env, env_cells in by_env.items():
-        own = (env_configs or {}).get(env, config)
-        cores = max((_int(c.env.get("cpu_cores_logical")) for c in env_cells), default=1)
-        matrix = study.build_matrix(own["experiments"], env_devices(own, env_cells),
-                                    int(own.get("seed", 0)),
-                                    envs_of=lambda device, env=env: [(env, None)],
-                                    cores=max(cores, 1))
-        expected |= {c.key for c in matrix}
-    return expected
-
-
-def _int(value) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
-def read_cells(runs: Path) -> tuple[list[CellInfo], list[str]]:
-    """Every complete cell under ``runs`` and the incomplete cell folders (no
-    ``summary.json``), as ``env/experiment/cell``; hidden folders are not cells."""
-    runs = Path(runs)
-    if not runs.is_dir():
-        raise PublishError(f"no results to publish: {runs} is not a folder. Run the study "
-                           "first (make study), or unpack another machine's results.")
-    cells, incomplete = [], []
-    for folder in sorted(p for p in runs.glob("*/*/*") if p.is_dir()
-                         and not any(part.startswith(".") for part in p.relative_to(runs).parts)):
-        key = tuple(folder.relative_to(runs).parts)
-        path = folder / schema.SUMMARY_FILE
-        if not path.is_file():
-            incomplete.append("/".join(key))
-            continue
-        try:
-            cell = validate.read_cell(folder)
-        except validate.CellError as exc:
-            raise PublishError(str(exc)) from None
-        cells.append(CellInfo(key=key, status=cell.table_status, schema_version=cell.version,
-                              device=str(cell.params["device"]),
-                              env=dict(cell.table_sections()["env"]),
-                              invalid="" if cell.valid else cell.why()))
-    return cells, incomplete
-
-
-# ---------------------------------------------------------------------------------------------
-# Stale: measured by other code
-def _git(args: Sequence[str], root: Path) -> subprocess.CompletedProcess | None:
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
-    try:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
-                              timeout=_GIT_TIMEOUT_S, env=env, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def checkout(root: Path) -> tuple[Path, str] | None:
-    """(top folder, revision) of the git checkout at ``root``; the revision gets ``-dirty``
-    when tracked files outside ``report/`` differ from it. None outside a checkout."""
-    proc = _git(["rev-parse", "--show-toplevel", "HEAD"], root)
-    if proc is None or proc.returncode != 0 or len(proc.stdout.split()) != 2:
-        return None
-    top, rev = proc.stdout.split()
-    status = _git(["status", "--porcelain", "--untracked-files=no", "--", ".",
-                   f":(exclude){REPORT_DIR}"], Path(top))
-    dirty = status is not None and status.returncode == 0 and status.stdout.strip()
-    return Path(top), f"{rev}-dirty" if dirty else rev
-
-
-def current_digests(root: Path) -> tuple[str, str]:
-    """The code digest and the workflow digest cells measured now would record: of the
-    checkout's ``src/mnistbench`` when ``root`` holds one, else of the running package, with
-    the installed runtime; and of ``root``'s bench rule (``""`` without one)."""
-    source = root / "src" / "mnistbench"
-    code = provenance.code_digest(source if source.is_dir() else None)
-    rules = root / provenance.BENCH_RULES
-    try:
-        workflow = provenance.workflow_digest(rules.read_text(encoding="utf-8"))
-    except OSError:
-        workflow = ""
-    return code, workflow
-
-
-def stale_reasons(cells: Sequence[CellInfo], root: Path) -> tuple[list[Problem], str]:
-    """The stale cells, and how the code was compared (for the manifest)."""
-    code, workflow = current_digests(root)
-    how = (f"cells' env.code_digest against {code} (the measuring code "
-           f"{', '.join(provenance.MEASURING)} and the installed "
-           f"{', '.join(provenance.RUNTIME)}), env.workflow_digest where recorded against "
-           f"{workflow or '(no bench rule here)'} ({provenance.BENCH_RULES}); schema_version "
-           f"against {schema.SCHEMA_VERSION}; env.mnistbench against {__version__}")
-    problems = []
-    for cell in cells:
-        why = []
-        if cell.schema_version < schema.SCHEMA_VERSION:
-            why.append(f"schema version {cell.schema_version} (this mnistbench writes "
-                       f"{schema.SCHEMA_VERSION}: the fields added since are empty)")
-        version = str(cell.env.get("mnistbench") or "")
-        if version != __version__:
-            why.append(f"mnistbench {version or '(unknown)'}, not {__version__}")
-        measured = str(cell.env.get("code_digest") or "")
-        if not measured:
-            why.append("no code digest recorded: the code that measured it is not known")
-        elif measured != code:
-            why.append(f"measured by other code (code digest {measured}, now {code}: the "
-                       "measuring code or its installed runtime changed)")
-        rule = str(cell.env.get("workflow_digest") or "")
-        if rule and workflow and rule != workflow:
-            why.append(f"started by another bench rule (workflow digest {rule}, now "
-                       f"{workflow}: {provenance.BENCH_RULES} changed)")
-        if why:
-            problems.append(Problem("stale", cell.name, "; ".join(why)))
-    return problems, how
-
-
-def find_problems(cells: Sequence[CellInfo], incomplete: Sequence[str], config: dict,
-                  root: Path, env_configs: Mapping[str, dict] | None = None,
-                  ) -> tuple[list[Problem], str]:
-    """Missing, failed and stale cells, in that order, and how the code was compared."""
-    present = {c.key for c in cells}
-    missing = sorted({"/".join(k) for k in expected_cells(config, cells, env_configs) - present}
-                     | set(incomplete))
-    problems = [Problem("missing", name,
-                        "incomplete: its folder has no summary.json (still running, or killed)"
-                        if name in incomplete else "a cell of the study's config never ran")
-                for name in missing]
-    problems += [Problem("failed", c.name, f"invalid: {c.invalid}" if c.invalid
-                         else "status failed") for c in cells if c.status == "failed"]
-    stale, how = stale_reasons(cells, root)
-    return problems + stale, how
 
 
 # ---------------------------------------------------------------------------------------------
