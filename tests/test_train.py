@@ -8,7 +8,6 @@ import errno
 import json
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -21,7 +20,6 @@ from conftest import TINY_TRAIN
 from mnistbench import cli
 from mnistbench.core import atomic, envvars, network, options, provenance, schema
 from mnistbench.core.devices import SUPPORTED
-from mnistbench.measure import monitor as monitor_module
 from mnistbench.measure import train, trainer
 
 TINY = {"max_steps": 4, "test_limit": 128, "warmup_steps": 1, "batch_size": 32,
@@ -724,72 +722,6 @@ def test_dataloader_flags_on_a_resident_cell_are_recorded_as_not_applicable(tmp_
     code, loader, _ = run(tmp_path, tiny_mnist, name="loader", loader="dataloader")
     assert code == 0
     assert loader["params"]["workers"] == 0 and loader["params"]["pin_memory"] is False
-
-
-def test_a_disturbed_epoch_is_flagged_left_out_and_warned_about(tmp_path, tiny_mnist,
-                                                                monkeypatch, capsys) -> None:
-    """Where the sampler says others used 60 % of the machine during epoch 2, epochs.csv flags
-    it (load), the summary counts it and leaves it out of the medians (the total counts it as
-    the median of the others), and the cell warns on the terminal."""
-    calls = []
-
-    def others(self, start, end):
-        calls.append((start, end))
-        return 60.0 if len(calls) == 2 else 1.0
-
-    monkeypatch.setattr(monitor_module.ResourceMonitor, "others_load_between", others)
-    code, summary, out = run(tmp_path, tiny_mnist, epochs=4, quiet=True)
-    assert code == 0
-    rows = read_csv(out / schema.EPOCHS_FILE)
-    assert [r["disturbed"] for r in rows] == ["", "load", "", ""]
-    assert [r["others_load_pct"] for r in rows] == ["1.0", "60.0", "1.0", "1.0"]
-    quiet = [float(r["epoch_s"]) for i, r in enumerate(rows) if i != 1]
-    res = summary["results"]
-    assert res["disturbed_epochs"] == 1
-    assert res["epoch_s_median"] == pytest.approx(statistics.median(quiet))
-    assert res["total_s"] == pytest.approx(sum(quiet) + statistics.median(quiet))
-    assert res["train_flops_per_sample"] == network.train_flops(1)
-    assert res["achieved_gflops"] == pytest.approx(
-        network.train_flops(1) * res["samples_per_s"] / 1e9)
-    err = capsys.readouterr().err
-    assert "warning: 1 of 4 timed epochs were disturbed (epoch 2:" in err
-    assert "others 60 % of the machine" in err
-
-
-@pytest.mark.slow
-def test_a_cpu_hog_during_one_epoch_flags_it(tmp_path, tiny_mnist, monkeypatch, capsys):
-    """Two busy-looping processes started at the beginning of epoch 3 and stopped at the
-    beginning of epoch 4 (a real hog, measured by the real sampler) flag epoch 3, and the
-    cell warns when it ends."""
-    hogs: list[subprocess.Popen] = []
-    real_begin = trainer.Trainer.begin_epoch
-    epochs_begun = []
-
-    def begin(self, steps):
-        epochs_begun.append(steps)
-        if len(epochs_begun) == 3:
-            hogs.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"])
-                        for _ in range(2))
-            time.sleep(0.3)  # the hogs run before the epoch starts
-        elif len(epochs_begun) == 4:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
-        return real_begin(self, steps)
-
-    monkeypatch.setattr(trainer.Trainer, "begin_epoch", begin)
-    try:
-        code, summary, out = run(tmp_path, tiny_mnist, epochs=5, max_steps=0,
-                                 sample_interval=0.05, batch_size=32, quiet=True)
-    finally:
-        for hog in hogs:
-            hog.kill()
-    assert code == 0
-    rows = read_csv(out / schema.EPOCHS_FILE)
-    assert "load" in rows[2]["disturbed"], rows
-    assert float(rows[2]["others_load_pct"]) > 25.0
-    assert summary["results"]["disturbed_epochs"] >= 1
-    assert "timed epochs were disturbed" in capsys.readouterr().err
 
 
 def test_a_wider_network_trains_and_records_its_width_and_flops(tmp_path, tiny_mnist) -> None:
