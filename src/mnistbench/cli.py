@@ -7,8 +7,13 @@ be written (a file in the way, no permission, a full disk), each with a one-para
 naming the path and the fix; 2 usage error; for ``train`` the cell statuses of
 :data:`mnistbench.core.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed); 130 after
 SIGINT (Ctrl-C), 143 after SIGTERM and 129 after SIGHUP, which ``fetch``, ``aggregate``,
-``report``, ``pack``, ``unpack`` and ``publish`` handle as an error: their temporary files and
-staging folders are removed and the previous outputs stay whole.
+``report``, ``pack``, ``unpack``, ``publish``, ``peak`` and ``cost-model`` handle as an error:
+their temporary files and staging folders are removed and the previous outputs stay whole.
+``peak`` exits 10 when its device is absent; ``train`` and ``peak`` exit 1 with one paragraph
+naming envs/pip/torch.txt where torch cannot be imported. Every ``--help`` shows each
+option's default (:class:`mnistbench.core.options.DefaultsHelpFormatter`). The logic of a
+subcommand lives below it (``table``: :mod:`mnistbench.results.table`; ``peak`` and
+``cost-model``: :mod:`mnistbench.steps`; ``completion``: :mod:`mnistbench.completion`).
 """
 
 from __future__ import annotations
