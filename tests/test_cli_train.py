@@ -129,8 +129,9 @@ def test_a_busy_or_disturbed_cell_gets_one_warning_line(tmp_path, capsys, result
     path.write_text(json.dumps(summary_with(**results)))
     entry.report(path)
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("mnistbench train: ok: 1.50 s/epoch (median of 3 epochs), 40,000 "
-                             "samples/s, final test accuracy 98.50 %")
+    assert err[0].startswith("mnistbench train: ok: 1.50 s/epoch (median of ")
+    assert err[0].endswith("40,000 samples/s, final test accuracy 98.50 %; summary "
+                           f"{path}")
     warned = err[1:]
     if expected is None:
         assert warned == []
@@ -139,6 +140,16 @@ def test_a_busy_or_disturbed_cell_gets_one_warning_line(tmp_path, capsys, result
         assert expected in warned[0] and "quiet machine" in warned[0]
     entry.report(path, quiet=True)
     assert capsys.readouterr() == ("", "")
+
+
+def test_the_median_of_a_cell_with_disturbed_epochs_is_of_its_quiet_ones(tmp_path, capsys):
+    path = tmp_path / schema.SUMMARY_FILE
+    path.write_text(json.dumps(summary_with(disturbed_epochs=1)))
+    entry.report(path)
+    assert "1.50 s/epoch (median of the 2 quiet epochs of 3)" in capsys.readouterr().err
+    path.write_text(json.dumps(summary_with(disturbed_epochs=3)))  # none quiet: all of them
+    entry.report(path)
+    assert "1.50 s/epoch (median of 3 epochs)" in capsys.readouterr().err
 
 
 def test_a_summary_that_cannot_be_read_back_is_a_warning(tmp_path, capsys):

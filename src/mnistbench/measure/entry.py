@@ -122,6 +122,11 @@ def result_line(summary: dict, path: Path) -> str:
     epochs = params.get("epochs")
     rate, accuracy = _number(results.get("samples_per_s")), _number(results.get("final_test_acc"))
     of = f" (median of {epochs} epoch{'' if epochs == 1 else 's'})" if epochs else ""
+    disturbed = _number(results.get("disturbed_epochs"))
+    if epochs and disturbed and 0 < disturbed < epochs:
+        # the trainer's medians leave disturbed epochs out (all of them: none is left out)
+        quiet = epochs - int(disturbed)
+        of = f" (median of the {quiet} quiet epoch{'' if quiet == 1 else 's'} of {epochs})"
     figures = (f"{_seconds(results.get('epoch_s_median'))} s/epoch{of}, "
                f"{'–' if rate is None else f'{rate:,.0f}'} samples/s, final test accuracy "
                f"{'–' if accuracy is None else f'{accuracy:.2f} %'}")
