@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from fakes import cell_id, make_study
+from matplotlib.colors import to_hex
 from PIL import Image
 
 from mnistbench.report import plots
@@ -34,6 +35,11 @@ def full(tmp_path_factory):
     """A GPU study with both experiments, every precision and loader, two repeats."""
     return _tables(tmp_path_factory.mktemp("full"), repeats=2, batch_sizes=(32, 256, 4096),
                    convergence_epochs=4)
+
+
+def _chart(key):
+    """The chart of :data:`mnistbench.report.plots.CHARTS` called ``key``."""
+    return next(chart for chart in plots.CHARTS if chart.key == key)
 
 
 def _capture(chart, tables):
@@ -153,6 +159,7 @@ def test_every_data_point_is_inside_its_axes(figures):
         _assert_data_inside_axes(key, fig)
 
 
+@pytest.mark.slow
 def test_cpu_only_study_degrades_gracefully(tmp_path):
     """Without GPU cells the speed-up chart is absent; the others still draw, with every
     point inside its (shared, linear) axes."""
@@ -190,6 +197,7 @@ def test_only_fp32_gives_no_precision_chart(tmp_path):
     assert plots.phase_bars(tables.summary) is not None  # sweep at batch 128 fp32
 
 
+@pytest.mark.slow
 def test_hostile_names_are_plain_chart_text(tmp_path):
     """Env names with mathtext dollars or markup draw as plain text instead of failing."""
     tables = _tables(tmp_path, envs=("$\\frac{a}$", "<script>x</script>"), repeats=1,
@@ -215,9 +223,9 @@ def test_time_series_leave_out_cells_that_did_not_run(tmp_path):
     tables = _tables(tmp_path, experiments=("convergence",), repeats=1, convergence_epochs=2,
                      overrides=failed)
     assert set(tables.resources["device"]) == {"cpu", "cuda"}  # failed cells sampled too
-    fig, _ = _capture(plots.CHARTS[5], tables)
+    fig, _ = _capture(_chart("resources"), tables)
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["cpu runs"]
-    fig, _ = _capture(plots.CHARTS[4], tables)
+    fig, _ = _capture(_chart("convergence"), tables)
     labels = fig.axes[0].get_legend_handles_labels()[1]
     assert labels and not any("cuda" in label for label in labels)
 
@@ -269,7 +277,7 @@ def test_resource_series_are_trimmed_and_name_their_repeat(full):
     drop["t_s"], drop["stage"], drop["proc_cpu_pct"] = last["t_s"] + 0.5, "done", 0.0
     tables = aggregate.Tables(full.summary, full.epochs,
                               pd.concat([res, pd.DataFrame([spike, drop])], ignore_index=True))
-    fig, _ = _capture(plots.CHARTS[5], tables)
+    fig, _ = _capture(_chart("resources"), tables)
     cpu_ax = fig.axes[0]
     ys = np.concatenate([line.get_ydata() for line in cpu_ax.get_lines()])
     assert np.nanmax(ys) < 1500 and cpu_ax.get_ylim()[1] < 1500
@@ -287,9 +295,55 @@ def test_one_epoch_draws_points_with_bars(tmp_path):
     from matplotlib.container import ErrorbarContainer
 
     tables = _tables(tmp_path, experiments=("convergence",), repeats=2, convergence_epochs=1)
-    fig, _ = _capture(plots.CHARTS[4], tables)
+    fig, _ = _capture(_chart("convergence"), tables)
     for ax in fig.axes:
         bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
         assert len(bars) == 4  # cpu and cuda x two loaders
         assert not any(isinstance(c, PolyCollection) for c in ax.collections)
     _assert_data_inside_axes("convergence", fig)
+
+
+def test_legends_name_each_series_once_with_one_look(figures):
+    """Every chart's legend lies inside its figure (test_tick_labels_and_axis_labels_do_not_
+    overlap) and names each series once, each entry with its own colour and line style, and
+    loaders by their names (the DataLoader, data held in memory), never "dataloader loader"."""
+    for key, fig in figures.items():
+        for legend in fig.legends:
+            labels = [t.get_text() for t in legend.get_texts()]
+            assert len(labels) == len(set(labels)), (key, labels)
+            looks = []
+            for handle in legend.legend_handles:
+                if hasattr(handle, "get_linestyle") and hasattr(handle, "get_color"):
+                    looks.append((to_hex(handle.get_color()), str(handle.get_linestyle()),
+                                  str(getattr(handle, "get_marker", lambda: "")())))
+                elif hasattr(handle, "get_facecolor"):
+                    looks.append((to_hex(handle.get_facecolor()), str(handle.get_hatch()),
+                                  str(handle.get_linestyle())))
+            assert len(looks) == len(set(looks)), (key, labels)
+            assert not any("loader" in label for label in labels), (key, labels)
+        for ax in fig.axes:
+            assert "loader" not in ax.get_title(), (key, ax.get_title())
+
+
+def test_headline_chart_sets_the_blog_beside_this_study(tmp_path):
+    """The headline chart's bars: the blog's CPU and GPU epochs (hatched, "the blog, another
+    machine"), this study's CPU for the blog's code as written (a placeholder where it did
+    not run) and this project's best, and a placeholder for the GPU that was not measured."""
+    from mnistbench.report import selections
+
+    tables = _tables(tmp_path, devices=("cpu",), experiments=("convergence",), repeats=2,
+                     convergence_epochs=2)
+    env, bars = selections.headline_bars(tables.summary)
+    assert env == "alpha"
+    assert [(b.whose, b.seconds is None) for b in bars[:2]] == [("blog", False)] * 2
+    assert [b.seconds for b in bars[:2]] == [58.7, 5.2]
+    labels = {b.label: b for b in bars}
+    assert labels["this study, CPU: the blog's code"].whose == "placeholder"  # fakes: tuned
+    assert labels["this study, CPU: this project's best"].whose == "cpu"
+    assert labels["this study, GPU"].text == "not measured: no GPU in this study"
+    fig, png = _capture(_chart("headline"), tables)
+    assert png[:4] == b"\x89PNG"
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["the blog, another machine", "this study: CPU", "not measured"]
+    hatched = [p for p in fig.axes[0].patches if p.get_hatch()]
+    assert len(hatched) == 2

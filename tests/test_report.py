@@ -73,7 +73,7 @@ def test_figures_dir_holds_every_chart_as_embedded(full):
 
 
 def test_sections_appear_in_order(full):
-    """The thirteen sections appear, in order, each with its anchor in the navigation."""
+    """The sections appear, in order, each with its anchor in the navigation."""
     html = full["html"]
     positions = [html.index(f'<section id="{s}">') for s in SECTIONS]
     assert positions == sorted(positions)
@@ -89,6 +89,7 @@ def test_hostile_text_is_escaped(full):
     assert "make study &amp;&amp; echo &#34;&lt;done&gt;&#34;" in html
 
 
+@pytest.mark.slow
 def test_cpu_only_study_via_the_cli(tmp_path, capsys):
     """A CPU-only study renders through `mnistbench report`, saying there is no GPU (and
     why, in the headline's cuda row) and replacing the speed-up chart with a note."""

@@ -29,6 +29,28 @@ from mnistbench.results import aggregate
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 WIDTH = 1400  # CSS px of the browser window
+PHONE = 390  # CSS px of a phone's screen (an iPhone 12-15), laid out through DevTools
+#: What a page laid out at a phone's width reports: its scroll width, the elements that reach
+#: past the screen outside a box that scrolls, and the elements styled to break words anywhere.
+PHONE_PROBE = """(() => {
+  const width = document.documentElement.clientWidth;
+  const scrolls = el => { for (let e = el.parentElement; e; e = e.parentElement) {
+      const s = getComputedStyle(e);
+      if (s.overflowX === 'auto' || s.overflowX === 'scroll') return true; } return false; };
+  const label = el => el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
+      + (el.className && typeof el.className === 'string' ? '.' + el.className : '');
+  const wide = [], breaking = [];
+  for (const el of document.body.querySelectorAll('*')) {
+    const s = getComputedStyle(el);
+    if (s.wordBreak === 'break-all' || s.overflowWrap === 'anywhere') breaking.push(label(el));
+    const r = el.getBoundingClientRect();
+    if (r.width > 0 && r.right > width + 0.5 && !scrolls(el)) wide.push(label(el));
+  }
+  const tables = Array.from(document.querySelectorAll('table')).filter(t => !scrolls(t))
+      .map(label);
+  return {scroll_width: document.documentElement.scrollWidth, client_width: width,
+          wide: wide.slice(0, 20), breaking: breaking.slice(0, 20), bare_tables: tables};
+})()"""
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -252,6 +274,42 @@ def _check_in_browser(chromium: Path, html: Path, screenshot: Path, tmp: Path) -
             proc.wait()
 
 
+def _at_phone_width(chromium: Path, html: Path, screenshot: Path, tmp: Path) -> dict:
+    """Lay ``html`` out at :data:`PHONE` CSS px through the DevTools device metrics (a
+    window size alone lays out at 500 px): what :data:`PHONE_PROBE` reports, with a
+    screenshot of the first screens saved to ``screenshot``."""
+    profile = tmp / "phone-profile"
+    profile.mkdir()
+    proc, ws_url = _start(chromium, profile)
+    try:
+        tools = DevTools(ws_url)
+        for domain in ("Page", "Runtime"):
+            tools.call(f"{domain}.enable")
+        tools.call("Emulation.setDeviceMetricsOverride", width=PHONE, height=844,
+                   deviceScaleFactor=2, mobile=True)
+        tools.call("Page.navigate", url=html.resolve().as_uri())
+        tools.wait_for("Page.loadEventFired", timeout=60)
+        tools.call("Runtime.evaluate", awaitPromise=True,
+                   expression="Promise.all(Array.from(document.images).map(i => i.decode()"
+                              ".catch(() => null)))")
+        probe = tools.call("Runtime.evaluate", returnByValue=True,
+                           expression=PHONE_PROBE)["result"]["value"]
+        shot = tools.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                          clip={"x": 0, "y": 0, "width": PHONE, "height": 3 * 844,
+                                "scale": 1})
+        screenshot.parent.mkdir(parents=True, exist_ok=True)
+        screenshot.write_bytes(base64.b64decode(shot["data"]))
+        tools.ws.close()
+        return probe
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _render(tmp: Path, tips: bool = False, **study) -> Path:
     make_study(tmp / "runs", **study)
     aggregate.aggregate(tmp / "runs", tmp / "results")
@@ -285,7 +343,7 @@ def test_full_report_in_chromium(chromium, tmp_path):
                                                              "</script> worker crashed")})
     result = _check_in_browser(chromium, html, ARTIFACTS / "report.png", tmp_path)
     _assert_reads_well(result)
-    assert len(result["images"]) == 7, result["images"]
+    assert len(result["images"]) == 8, result["images"]
     assert (ARTIFACTS / "report.png").stat().st_size > 50_000
 
 
@@ -305,3 +363,17 @@ def test_degraded_report_in_chromium(chromium, tmp_path):
     html = _render(tmp_path, devices=("cpu",), repeats=1, batch_sizes=(64, 256))
     result = _check_in_browser(chromium, html, ARTIFACTS / "report-cpu-only.png", tmp_path)
     _assert_reads_well(result)
+
+
+def test_report_fits_a_phone(chromium, tmp_path):
+    """Laid out at 390 CSS px (a phone, through DevTools' device metrics), the page is no
+    wider than the screen: every table sits in a box that scrolls sideways, nothing else
+    reaches past the screen, and no text is styled to break mid-word; the first screens are
+    saved to test-artifacts/report-phone.png."""
+    html = _render(tmp_path, tips=True, envs=("alpha", "beta-with-a-long-environment-name"),
+                   repeats=2, batch_sizes=(32, 128, 2048))
+    probe = _at_phone_width(chromium, html, ARTIFACTS / "report-phone.png", tmp_path)
+    assert probe["client_width"] == PHONE, probe
+    assert probe["scroll_width"] <= PHONE, probe
+    assert probe["wide"] == [] and probe["bare_tables"] == [], probe
+    assert probe["breaking"] == [], probe

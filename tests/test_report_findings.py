@@ -16,7 +16,7 @@ from test_report_studies import (
 
 from mnistbench.report import formatting as fmt
 from mnistbench.report import selections
-from mnistbench.results import stats
+from mnistbench.results import aggregate, stats
 
 
 @pytest.fixture(scope="module")
@@ -34,32 +34,89 @@ def quick(tmp_path_factory):
     return studies.quick(tmp_path_factory)
 
 
-def test_findings_state_speedup_phase_cost_accuracy_and_hardware(tenfold):
-    """With a GPU the findings give the speed-up per loader with its interval, the phase
-    behind it, the cost per run on both devices with the break-even, the accuracy difference
-    against the seed spread and the hardware, in three to six sentences."""
-    findings = section_of(tenfold["html"], "findings")
+@pytest.fixture(scope="module")
+def blogcode(tmp_path_factory):
+    return studies.blogcode(tmp_path_factory)
+
+
+def test_findings_state_speedup_phase_cost_accuracy_and_hardware(blogcode):
+    """With a GPU the findings give the speed-up per kind of code with its interval, the
+    phase behind it, the energy and cost per run on both devices with the break-even, the
+    accuracy difference against the seed spread and the hardware, in three to six
+    sentences."""
+    findings = section_of(blogcode["html"], "findings")
     sentences = re.findall(r"<p>(.*?)</p>", findings, re.S)
     assert 3 <= len(sentences) <= 6 and all(s.strip() for s in sentences)
     text = visible(findings)
     assert "the GPU trains an epoch faster than the CPU by" in text
-    for loader in ("dataloader", "resident"):
-        assert f"with the {loader} loader (range of" in text
+    assert "(range of 3 runs a side:" in text
+    assert "with the blog's code as written with the DataLoader" in text
+    assert "with this project's best code with data held in memory" in text
     assert "explains most of it" in text and "per epoch on the CPU against" in text
-    assert re.search(r"costs [\d.,]+ EUR on the CPU and [\d.,]+ EUR on the GPU", text)
+    assert re.search(r"takes [\d.,]+ Wh \([\d.,]+ EUR of electricity\) on the CPU", text)
+    assert re.search(r"it costs [\d.,]+ EUR on the CPU and [\d.,]+ EUR on the GPU", text)
     assert "pays for itself after" in text
     assert "a difference of" in text and "seed-to-seed spread measured here" in text
     assert ("Hardware: CPU 12th Gen Intel(R) Core(TM) i7-12700K (12 cores, 20 threads); GPU "
             "NVIDIA GeForce RTX 4090, driver 570.124.06") in text
+    assert "loader" not in text  # "the DataLoader", "data held in memory"
 
 
-def test_findings_without_a_gpu_say_so_and_how_to_add_one(quick):
-    """Without a GPU the findings say so, how to add one (another machine's runs, the CUDA
-    image, SLURM) and what the CPU study found: loader, precision and best batch size."""
+def test_a_speedup_compares_one_kind_of_code(blogcode, tenfold):
+    """The findings' speed-ups are the CPU's median over the GPU's between cells of one kind
+    of code; the fakes' DataLoader cells (tuned code) say they are other settings, never the
+    blog's code."""
+    summary = selections.with_code(blogcode["tables"].summary)
+    conv = summary[(summary["experiment"] == "convergence") & (summary["code"] == "blog")]
+    est = stats.ratio_ci(conv.loc[conv["device"] == "cpu", "epoch_s_median"],
+                         conv.loc[conv["device"] == "cuda", "epoch_s_median"])
+    findings = visible(section_of(blogcode["html"], "findings"))
+    assert f"{fmt.ratio_phrase(est)} with the blog's code as written" in findings
+    other = visible(section_of(tenfold["html"], "findings"))
+    assert "the blog's code as written" not in other
+    assert "with other settings: this project's tuned code with the DataLoader" in other
+
+
+def test_every_number_of_the_findings_is_in_a_table(blogcode, quick, tmp_path):
+    """Each number a finding quotes (with its unit) is one that a table of the same report
+    shows: with a GPU, without one (the quick study), and with the blog's code in several
+    environments."""
+    results = studies.results_of(tmp_path, envs=("alpha", "beta"), devices=("cpu",),
+                                 repeats=2, batch_sizes=(64, 128), precisions=("fp32", "bf16"),
+                                 convergence_epochs=2)
+    cpu_only = studies.write(studies.with_blog_code(aggregate.load_tables(results)), tmp_path)
+    for html in (blogcode["html"], quick["html"], cpu_only):
+        tables = studies.table_numbers(html)
+        findings = visible(section_of(html, "findings"))
+        quoted = studies.numbers(findings)
+        assert len(quoted) > 10, findings
+        missing = [n for n in quoted if n not in tables]
+        assert missing == [], (missing, findings)
+
+
+def test_the_cpu_accuracy_is_the_dataloader_cells_not_both_loaders(quick):
+    """Without a GPU the accuracy finding quotes the DataLoader's cells, as the convergence
+    table shows them (the median over both loaders is no cell's)."""
+    summary = quick["tables"].summary
+    conv = summary[(summary["experiment"] == "convergence") & (summary["device"] == "cpu")]
+    dataloader = fmt.num(conv.loc[conv["loader"] == "dataloader", "final_test_acc"].median(),
+                         4, "%")
     text = visible(section_of(quick["html"], "findings"))
-    assert "This study has no GPU" in text
-    assert "results/runs/" in text and "--gpus all" in text and "SLURM" in text
-    assert "resident data makes an epoch" in text
+    assert f"Final test accuracy is {dataloader} on the CPU (other settings: this project's " \
+           "tuned code with the DataLoader)" in text
+    assert dataloader in visible(section_of(quick["html"], "convergence"))
+
+
+def test_findings_without_a_gpu_say_so_and_point_to_the_how_to(quick):
+    """Without a GPU the findings say so and where the how-to is (its own section, with the
+    three ways), and what the CPU study found: this project's best against the DataLoader,
+    precision and best batch size."""
+    text = visible(section_of(quick["html"], "findings"))
+    assert "This study has no GPU" in text and '"Adding a GPU" says how to add one' in text
+    assert "--gpus all" not in text
+    how = visible(section_of(quick["html"], "gpu"))
+    assert "results/runs/" in how and "--gpus all" in how and "SLURM" in how
+    assert "trains an epoch" in text and "faster than other settings" in text
     assert "bf16 gives" in text and "the best throughput is" in text
     assert "no GPU" in text.split("Hardware:")[1]
 
@@ -76,7 +133,7 @@ def test_busy_cells_are_flagged_and_left_out_of_the_findings(tenfold):
     quiet = conv[conv["cell"] != tenfold["busy"][2]]
     est = stats.ratio_ci(quiet.loc[quiet["device"] == "cpu", "epoch_s_median"],
                          quiet.loc[quiet["device"] == "cuda", "epoch_s_median"])
-    assert f"by {fmt.num(est.value, 3, '×')} with the dataloader loader" in findings
+    assert f"by {fmt.num(est.value, 3, '×')} (range of" in findings
 
 
 def test_busy_flag_as_bools_and_absent(full):

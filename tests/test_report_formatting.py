@@ -28,7 +28,8 @@ def test_wording_counts_and_blog_figures():
     assert fmt.plural(1, "epoch") == "1 epoch" and fmt.plural(2, "epoch") == "2 epochs"
     assert fmt.plural("1", "repeat") == "1 repeat"
     assert fmt.plural("2–3", "repeat") == "2–3 repeats"
-    assert fmt.as_printed(5.2, "s") == "5.2 s" and fmt.as_printed(None).startswith("not")
+    assert fmt.as_printed(5.2, "s") == "5.2 s" and fmt.as_printed(None) == "–"
+    assert fmt.as_printed(16_384) == "16,384" and fmt.as_printed(128) == "128"
     assert fmt.count(128.0) == "128" and fmt.usd(0.10) == "$0.10"
     assert fmt.usd(0.0367) == "$0.0367"
 

@@ -97,25 +97,27 @@ def runs(value: float) -> str:
 
 
 def as_printed(value, unit: str = "") -> str:
-    """A figure of the blog as it prints it (5.2 s, not 5.20 s); "not in this project's
-    reference data" when the project does not hold it."""
+    """A figure of the blog as it prints it (5.2 s, not 5.20 s); an en dash when missing."""
     if value is None:
-        return "not in this project's reference data"
-    text = f"{value:g}" if isinstance(value, float) else str(value)
+        return DASH
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
+        text = f"{value:,}"
+    else:
+        text = f"{value:g}" if isinstance(value, float) else str(value)
     return f"{text} {unit}".strip()
 
 
 # ---------------------------------------------------------------------------- estimates
 
 def spread(values, fmt=lambda v: num(v, 4)) -> str:
-    """The median of ``values`` and their min – max over repeats: "98.9 (98.7 – 99.0)", or
-    "(1 repeat)"."""
+    """The median of ``values`` and their min – max over repeats: "98.9 (98.7 – 99.0)", or the
+    one value (the table's repeats column says there is one)."""
     s = stats.spread(values)
     if s is None:
         return DASH
     median, low, high, n = s
     if n == 1:
-        return f"{fmt(median)} (1 repeat)"
+        return fmt(median)
     return f"{fmt(median)} ({fmt(low)} – {fmt(high)})"
 
 

@@ -33,6 +33,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocat
 
 from mnistbench.core import schema
 from mnistbench.report.blog import blog_cells
+from mnistbench.report.selections import loader_name
 from mnistbench.results import stats
 
 SCALE = 2  # PNG pixels per CSS pixel: sharp on HiDPI screens
@@ -130,7 +131,9 @@ def _series(frame, keys: list[str], multi_env: bool) -> list[str]:
     """Label of each row: the values of ``keys``, with the env in front when there are
     several environments."""
     columns = (["env"] if multi_env else []) + keys
-    return [" · ".join(str(v) for v in row) for row in frame[columns].itertuples(index=False)]
+    named = [columns.index("loader")] if "loader" in columns else []
+    return [" · ".join(loader_name(v) if i in named else str(v) for i, v in enumerate(row))
+            for row in frame[columns].itertuples(index=False)]
 
 
 def _log2_batch_axis(ax, batch_sizes) -> None:
@@ -144,8 +147,70 @@ def _log2_batch_axis(ax, batch_sizes) -> None:
     ax.set_xlabel("batch size (samples, log₂ scale)")
 
 
+#: Inches a legend entry takes per character of its label, and for its handle and gaps.
+LEGEND_CHAR_IN = 0.072
+LEGEND_ENTRY_IN = 0.75
+
+
+def legend_columns(labels, width_in: float, most: int = 4) -> int:
+    """How many columns of ``labels`` fit across ``width_in`` inches (at most ``most``), so
+    that the legend stays inside its figure."""
+    longest = max((len(str(label)) for label in labels), default=1)
+    fits = int(width_in // (LEGEND_CHAR_IN * longest + LEGEND_ENTRY_IN))
+    return max(1, min(most, len(labels), fits))
+
+
 def _legend_below(fig: Figure, handles, labels, ncol: int) -> None:
-    fig.legend(handles, labels, loc="outside lower center", ncols=max(1, min(ncol, 4)))
+    width = fig.get_size_inches()[0]
+    fig.legend(handles, labels, loc="outside lower center",
+               ncols=legend_columns(labels, width, max(1, min(ncol, 4))))
+
+
+#: The looks of the headline chart's bars: the blog's (another machine) and placeholders.
+BLOG_BAR = {"facecolor": "#f3e6bd", "edgecolor": "#8a6d1f", "hatch": "///"}
+PLACEHOLDER_BAR = {"facecolor": "none", "edgecolor": "0.5", "linestyle": "--"}
+
+
+def headline(summary) -> bytes | None:
+    """Seconds per epoch at the blog's settings: the blog's CPU and GPU (hatched: another
+    machine), this study's devices for the blog's code as written and this project's best
+    (and other settings where they ran), and a dashed placeholder for what was not measured
+    (:func:`mnistbench.report.selections.headline_bars`)."""
+    from mnistbench.report.selections import headline_bars
+
+    if summary.empty:
+        return None
+    env, bars = headline_bars(summary)
+    top = max(b.seconds for b in bars if b.seconds is not None)
+    with mpl.rc_context(_rc()):
+        fig = _figure(1.5 + 0.36 * len(bars))
+        ax = fig.subplots()
+        for y, bar in enumerate(bars):
+            if bar.whose == "blog":
+                ax.barh(y, bar.seconds, height=0.62, **BLOG_BAR)
+            elif bar.whose == "placeholder":
+                ax.barh(y, 0.4 * top, height=0.62, **PLACEHOLDER_BAR)
+            else:
+                ax.barh(y, bar.seconds, height=0.62, color=series_color(bar.whose, "fp32"))
+            end = 0.0 if bar.seconds is None else bar.seconds
+            ax.text(end + 0.01 * top, y, text(bar.text, 70), va="center", fontsize=8.5,
+                    color="0.35" if bar.seconds is None else "0.1")
+        ax.set_yticks(range(len(bars)), [text(b.label, 60) for b in bars])
+        ax.invert_yaxis()
+        ax.set_xlim(0, top * 1.3)
+        ax.set_xlabel("time per epoch at the blog's settings (s)")
+        ax.grid(axis="y", visible=False)
+        ax.set_title(text(f"Seconds per epoch: the blog's machine and this study's ({env})",
+                          90))
+        handles = [Patch(label="the blog, another machine", **BLOG_BAR)]
+        for device in ("cpu", "cuda"):
+            if any(b.whose == device for b in bars):
+                handles.append(Patch(color=series_color(device, "fp32"),
+                                     label=f"this study: {'CPU' if device == 'cpu' else 'GPU'}"))
+        if any(b.whose == "placeholder" for b in bars):
+            handles.append(Patch(label="not measured", **PLACEHOLDER_BAR))
+        _legend_below(fig, handles, [h.get_label() for h in handles], len(handles))
+        return _png(fig)
 
 
 def phase_bars(summary) -> bytes | None:
@@ -189,7 +254,7 @@ def phase_bars(summary) -> bytes | None:
         right.set_title("Share of the epoch by phase")
         handles, names = left.get_legend_handles_labels()
         _legend_below(fig, handles, names, len(phases))
-        fig.legends[0].set_ncols(len(phases))
+        fig.legends[0].set_ncols(legend_columns(names, WIDTH, len(phases)))
         return _png(fig)
 
 
@@ -255,7 +320,7 @@ def throughput(summary) -> bytes | None:
                                     alpha=0.18, lw=0)
                 log = _throughput_axis(ax, cells["samples_per_s"])
                 _log2_batch_axis(ax, cells["batch_size"])
-                title = f"{loader} loader" + (f" — {env}" if len(envs) > 1 else "")
+                title = loader_name(loader) + (f" — {env}" if len(envs) > 1 else "")
                 ax.set_title(text(title, 70))
                 if c == 0:
                     ax.set_ylabel("training throughput\n(samples/s"
@@ -309,7 +374,7 @@ def speedup(summary) -> bytes | None:
                 ax.axhline(1.0, color="0.3", lw=1, ls="--")
                 _log2_batch_axis(ax, table["batch_size"])
                 ax.set_ylim(bottom=0)
-                title = f"{loader} loader" + (f" — {env}" if len(envs) > 1 else "")
+                title = loader_name(loader) + (f" — {env}" if len(envs) > 1 else "")
                 ax.set_title(text(title, 70))
                 if c == 0:
                     ax.set_ylabel("speed-up: GPU ÷ CPU fp32\n(× samples/s)")
@@ -350,7 +415,7 @@ def precision(summary) -> bytes | None:
                     g = g.sort_values("batch_size")
                     ax.plot(g["batch_size"], g["ratio"], marker="o", ms=4,
                             color=colors[(device, prec)], ls=styles[loader],
-                            label=f"{device} {prec}, {loader} loader")
+                            label=f"{device} {prec}, {loader_name(loader)}")
                 ax.axhline(1.0, color="0.55", lw=3, alpha=0.6)
                 _log2_batch_axis(ax, rel["batch_size"])
                 title = f"{device}" + (f" — {env}" if len(envs) > 1 else "")
@@ -359,7 +424,7 @@ def precision(summary) -> bytes | None:
                     ax.set_ylabel("throughput relative to fp32\n(× fp32 samples/s)")
         handles = [Line2D([], [], color=colors[k], marker="o", label=f"{k[0]} {k[1]}")
                    for k in colors]
-        handles += [Line2D([], [], color="0.3", ls=s, label=f"{loader} loader")
+        handles += [Line2D([], [], color="0.3", ls=s, label=loader_name(loader))
                     for loader, s in styles.items()]
         handles.append(Line2D([], [], color="0.55", lw=3, alpha=0.6, label="fp32 (= 1×)"))
         _legend_below(fig, handles, [h.get_label() for h in handles], len(handles))
@@ -618,6 +683,8 @@ class Chart:
 #: Every chart of the report, in order. ``sources``: the tables (attributes of
 #: :class:`mnistbench.results.aggregate.Tables`) passed to its function.
 CHARTS = (
+    Chart("headline", "The headline: seconds per epoch, the blog's machine and this study's",
+          ("summary",), headline, "no cells at all"),
     Chart("phases", "Where the time goes: seconds per epoch by phase", ("summary",),
           phase_bars,
           "no ok cells at the blog's settings (convergence, or sweep at batch 128 fp32)"),

@@ -26,6 +26,7 @@ from mnistbench.report.sections import (
     convergence,
     costs,
     findings,
+    gpu,
     headline,
     matrix,
     methodology,
@@ -37,14 +38,15 @@ from mnistbench.report.sections import (
     throughput,
     tips,
     training_time,
+    verdict,
 )
 from mnistbench.report.selections import Inputs
 from mnistbench.results import aggregate, cost
 
 #: The modules that build the context, in the order of the page; each ``context(inputs)``
 #: returns its own keys (the charts come from :mod:`mnistbench.report.charts`).
-SECTIONS = (page, findings, headline, blog_check, training_time, phases, throughput,
-            convergence, resources, costs, tips, recommendations, matrix, runtimes,
+SECTIONS = (page, verdict, findings, headline, blog_check, training_time, phases, throughput,
+            convergence, resources, costs, tips, recommendations, gpu, matrix, runtimes,
             methodology)
 
 

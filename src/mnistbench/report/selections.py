@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from mnistbench.core import schema
+from mnistbench.core import schema, study
 from mnistbench.report import blog
 from mnistbench.report.formatting import missing, num, plain, plural
 from mnistbench.results import aggregate, cost, stats
@@ -44,8 +44,14 @@ DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 SETTINGS = ("env", "experiment", "device", "precision", "loader", "batch_size")
 #: What makes two cells of different environments the same measurement: a cell but its env.
 SAME_CELL = tuple(c for c in SETTINGS if c != "env")
-#: One row of the per-run tables (headline, time, convergence, resources, cost).
-RUN = ("env", "device", "loader")
+#: The column :class:`Inputs` adds to the summary: which code a cell ran
+#: (:func:`mnistbench.core.study.code_kind`: "blog", "best" or "").
+CODE = "code"
+#: One row of the per-run tables (headline, time, convergence, resources): a cell but for its
+#: repeat, with the kind of code it ran (a speed-up compares cells of one kind only).
+RUN = ("env", "device", "loader", CODE)
+#: What each loader is called in the report's words.
+LOADER_NAMES = {"dataloader": "DataLoader", "resident": "data held in memory"}
 
 
 def with_tip(frame, keys) -> list[str]:
@@ -56,6 +62,100 @@ def with_tip(frame, keys) -> list[str]:
 def device_name(device: str) -> str:
     """CPU, GPU, or the device as it is named."""
     return DEVICE_NAMES.get(device, device)
+
+
+def loader_name(loader) -> str:
+    """"DataLoader", "data held in memory", or the loader as it is named."""
+    return LOADER_NAMES.get(str(loader), str(loader))
+
+
+def loader_phrase(loader) -> str:
+    """A loader as a sentence names it: "the DataLoader", "data held in memory"."""
+    return "the DataLoader" if str(loader) == "dataloader" else loader_name(loader)
+
+
+# ---------------------------------------------------------------------------- kinds of code
+
+def _param(value, default):
+    return default if missing(value) or value == "" else value
+
+
+def code_of(cell) -> str:
+    """The kind of code a cell (a summary row as a mapping) ran, from what it recorded:
+    "blog", "best" or "" (:func:`mnistbench.core.study.code_kind`)."""
+    workers = _param(cell.get("workers"), 0)
+    if isinstance(workers, str) and workers.replace(".", "", 1).isdigit():
+        workers = float(workers)
+    return study.code_kind(cell.get("loader"), _param(cell.get("implementation"), ""),
+                           _param(cell.get("allocator_loaded"), ""), workers)
+
+
+def with_code(summary):
+    """``summary`` with the column :data:`CODE` (the kind of code of every cell)."""
+    if summary.empty:
+        return summary.assign(**{CODE: []}) if CODE not in summary else summary
+    return summary.assign(**{CODE: [code_of(r) for r in summary.to_dict("records")]})
+
+
+def code_label(cells) -> str:
+    """What code ``cells`` (rows of one kind) ran, in words: the blog's code as written, this
+    project's best code, or, for other settings, what they are (e.g. "other settings: this
+    project's tuned code with the DataLoader and the tcmalloc allocator")."""
+    kinds = sorted(set(cells[CODE])) if CODE in cells and len(cells) else [""]
+    if kinds != [""] and len(kinds) == 1:
+        return study.CODE_LABELS[kinds[0]]
+    if len(kinds) > 1:
+        return "mixed kinds of code"
+    implementation = distinct(cells, "implementation")
+    loaders = distinct(cells, "loader")
+    allocators = [a for a in distinct(cells, "allocator_loaded") if a != "glibc"]
+    workers = [w for w in distinct(cells, "workers") if w not in ("0", "")]
+    code = {"tuned": "this project's tuned code", "stock": "the blog's model code"}.get(
+        "/".join(implementation), f"{'/'.join(implementation) or 'unrecorded'} code")
+    text = f"{study.CODE_LABELS['']}: {code} with " + (
+        " or ".join("the DataLoader" if x == "dataloader" else loader_name(x)
+                    for x in loaders) or "an unrecorded loader")
+    extras = []
+    if allocators:
+        extras.append(f"the {'/'.join(allocators)} allocator")
+    if workers:
+        extras.append(f"{'/'.join(workers)} workers")
+    return text + (f" and {' and '.join(extras)}" if extras else "")
+
+
+def code_phrase(cells) -> str:
+    """:func:`code_label` with the loader where the label does not say it: "this project's
+    best code with data held in memory", "the blog's code as written with the DataLoader"."""
+    label = code_label(cells)
+    loaders = distinct(cells, "loader")
+    if len(loaders) != 1 or "DataLoader" in label or "memory" in label:
+        return label
+    return f"{label} with {loader_phrase(loaders[0])}"
+
+
+#: The kinds of code as a table cell names them.
+CODE_SHORT = {"blog": "the blog's code", "best": "this project's best"}
+
+
+def code_short(cells) -> str:
+    """:func:`code_label` in a few words, for a table cell: "the blog's code", "this
+    project's best", or "other: tuned code, DataLoader, tcmalloc"."""
+    kinds = sorted(set(cells[CODE])) if CODE in cells and len(cells) else [""]
+    if len(kinds) == 1 and kinds[0] in CODE_SHORT:
+        return CODE_SHORT[kinds[0]]
+    implementation = "/".join(distinct(cells, "implementation")) or "unrecorded"
+    loaders = "/".join(loader_name(x) for x in distinct(cells, "loader"))
+    extras = [a for a in distinct(cells, "allocator_loaded") if a != "glibc"]
+    extras += [f"{w} workers" for w in distinct(cells, "workers") if w not in ("0", "")]
+    return ", ".join([f"other: {implementation} code", loaders, *extras])
+
+
+#: What each kind of code is, for the tables' legend.
+CODE_LEGEND = ("Code: \"the blog's code\" is the blog's code as written (the DataLoader with "
+               "a per-sample transform, its model and Adam as printed, no workers, the C "
+               "library's allocator); \"this project's best\" is data held in memory with this "
+               "project's tuned formulation of the same function; \"other\" names what else a "
+               "cell ran.")
 
 
 # ---------------------------------------------------------------------------- columns
@@ -272,9 +372,18 @@ def failure_counts(bad):
 
 # ---------------------------------------------------------------------------- shared measures
 
-def speedup(cells, env, loader, device="cuda", column="epoch_s_median"):
-    """The CPU's median epoch time over ``device``'s, in one env with one loader."""
+def speedup(cells, env, loader, device="cuda", column="epoch_s_median", code=None):
+    """The CPU's median epoch time over ``device``'s, in one env with one loader and, where
+    ``cells`` have the column :data:`CODE`, one kind of code: ``code``, or the kind of
+    ``device``'s cells (None when they ran several kinds). Like for like only."""
     same = (cells["env"] == env) & (cells["loader"] == loader)
+    if CODE in cells.columns:
+        if code is None:
+            kinds = set(cells.loc[same & (cells["device"] == device), CODE])
+            if len(kinds) != 1:
+                return None
+            code = kinds.pop()
+        same &= cells[CODE] == code
     cpu = cells[same & (cells["device"] == "cpu")]
     other = cells[same & (cells["device"] == device)]
     return stats.ratio_ci(col(cpu, column), col(other, column))
@@ -309,6 +418,30 @@ def waiting_share(row: cost.CostRow) -> float | None:
     return None
 
 
+def blog_code(inputs: Inputs, device: str):
+    """(cells, source) of the blog's code as written on ``device`` in one environment (the
+    findings' first): the convergence cells of that kind at the blog's settings, else the
+    tips experiment's baseline (short runs of the same code). ``source`` names them, e.g.
+    "the tips experiment's baseline on vm-local, 2 runs of 40 steps". Empty cells, and why,
+    when there are none."""
+    first = primary_env(inputs.summary)
+    for frame, what in ((inputs.cells, "convergence cells"),
+                        (tips_cells(ok(inputs.summary)), "tips experiment's baseline")):
+        part = frame[(frame["device"] == device) & (frame[CODE] == "blog")]
+        if what.startswith("tips"):
+            part = part[part[TIP_COLUMN] == blog.BASELINE]
+        if part.empty:
+            continue
+        env = min(set(part["env"]), key=lambda e: (e != first, e))
+        part = part[part["env"] == env]
+        steps = distinct(part, "steps_per_epoch")
+        runs = plural(len(part), "run") + (f" of {plural('/'.join(steps), 'step')}"
+                                           if what.startswith("tips") and steps else "")
+        where = f" on {env}" if inputs.multi_env else ""
+        return part, f"the {what}{where}, {runs}"
+    return frame.iloc[0:0], f"no cell ran the blog's code as written on the {device_name(device)}"
+
+
 def blog_loader_first(loaders) -> list[str]:
     """``loaders`` by name, the blog's own loader first."""
     return sorted(sorted(set(loaders)), key=lambda x: x != blog.BLOG_LOADER)
@@ -326,9 +459,10 @@ class Inputs:
     command: str | None = None
     results: Path = Path("results")
 
-    @property
+    @cached_property
     def summary(self):
-        return self.tables.summary
+        """The summary with the kind of code of every cell (:data:`CODE`)."""
+        return with_code(self.tables.summary)
 
     @property
     def epochs(self):
@@ -361,3 +495,76 @@ class Inputs:
     def cost_report(self) -> cost.CostReport:
         """The cost of a run of every ok convergence cell, with the break-even."""
         return cost.compute(self.summary, self.epochs, self.model)
+
+
+# ---------------------------------------------------------------------------- the first screen
+
+def focus_env(summary, cells) -> str:
+    """The environment the first screen describes ("this machine"): the first with a GPU
+    cell at the blog's settings, else :func:`primary_env`."""
+    gpu = envs_with_gpu(cells)
+    return gpu[0] if gpu else primary_env(summary)
+
+
+def gpu_absence(summary) -> str | None:
+    """Why the study has no GPU/CPU speed-up at the blog's settings, in a few words; None
+    when it has one."""
+    cuda = summary[summary["device"] == "cuda"]
+    if cuda.empty:
+        return "no GPU in this study"
+    done = cuda[cuda["status"] == "ok"]
+    if done.empty:
+        (status, reason), _ = next(iter(failure_counts(cuda).items()))
+        few = str(reason).split("(")[0].split(":")[0].strip()
+        few = few if len(few) <= 60 else few[:59].rstrip() + "…"
+        return f"its GPU cells were {status}" + (f" ({few})" if few else "")
+    cells, _ = blog.blog_cells(done)
+    return None if not cells.empty else "no GPU cell at the blog's settings"
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One bar of the headline chart: its label, seconds per epoch (None: a placeholder for
+    what was not measured), whose it is ("blog": the blog's, another machine; "cpu"/"cuda":
+    this study's; "placeholder") and the text at its end."""
+
+    label: str
+    seconds: float | None
+    whose: str
+    text: str
+
+
+def headline_bars(summary) -> tuple[str, list[Bar]]:
+    """(the environment, the bars of the headline chart): the blog's CPU and GPU epochs, then
+    per device of this study the blog's code and this project's best (and other settings
+    where they ran), a placeholder for what did not run and for a device not measured."""
+    from mnistbench.report.formatting import seconds
+
+    summary = summary if CODE in summary.columns else with_code(summary)
+    cells, _ = blog.blog_cells(summary)
+    env = focus_env(summary, cells)
+    ref = blog.BLOG
+    bars = [Bar(f"the blog: CPU, {ref['cpu']}", float(ref["cpu_epoch_s"]), "blog",
+                f"{ref['cpu_epoch_s']:g} s"),
+            Bar(f"the blog: GPU, {ref['gpu']}", float(ref["gpu_epoch_s"]), "blog",
+                f"{ref['gpu_epoch_s']:g} s")]
+    here = cells[cells["env"] == env]
+    for device in ("cpu", "cuda"):
+        mine = here[here["device"] == device]
+        name = device_name(device)
+        if mine.empty:
+            why = gpu_absence(summary) if device == "cuda" else "no CPU cell"
+            bars.append(Bar(f"this study, {name}", None, "placeholder",
+                            f"not measured: {why}"))
+            continue
+        for kind in ("blog", "best", ""):
+            part = mine[mine[CODE] == kind]
+            if part.empty and kind:
+                bars.append(Bar(f"this study, {name}: {CODE_SHORT[kind]}", None, "placeholder",
+                                "not run here"))
+            for _, group in part.groupby("loader", sort=True):
+                value = median(col(group, "epoch_s_median"))
+                if value is not None:
+                    bars.append(Bar(f"this study, {name}: {code_short(group)}", value, device,
+                                    seconds(value)))
+    return env, bars

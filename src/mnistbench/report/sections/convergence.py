@@ -1,11 +1,22 @@
-"""Section 7, convergence: the test curves (a chart) and, per environment, device and
-loader, the median (min – max) over repeats of the final and best test accuracy, the best
-epoch and the final test loss."""
+"""Section 7, convergence: the test curves (a chart) and, per environment, device, kind of
+code and loader, the median (min – max) over repeats of the final and best test accuracy
+with the seed-to-seed spread and the GPU's difference from the CPU running the same code,
+the best epoch and the final test loss."""
 
 from __future__ import annotations
 
-from mnistbench.report.formatting import count, num, spread
-from mnistbench.report.selections import RUN, Inputs, col, ok
+from mnistbench.report.formatting import count, num, points, points_interval, spread
+from mnistbench.report.selections import (
+    CODE,
+    RUN,
+    Inputs,
+    code_short,
+    col,
+    loader_name,
+    ok,
+    value_range,
+)
+from mnistbench.results import stats
 
 
 def _accuracy(value) -> str:
@@ -16,13 +27,29 @@ def _loss(value) -> str:
     return num(value, 3)
 
 
+def _against_cpu(cells, env, device, loader, kind) -> str:
+    """The difference of final test accuracy from the CPU running the same code."""
+    if device == "cpu":
+        return "–"
+    same = ((cells["env"] == env) & (cells["loader"] == loader) & (cells[CODE] == kind))
+    cpu, other = cells[same & (cells["device"] == "cpu")], cells[same & (cells["device"] == device)]
+    diff = stats.diff_ci(col(other, "final_test_acc"), col(cpu, "final_test_acc"))
+    if diff is None:
+        return "no CPU cell of the same code"
+    return f"{points(diff.value)} ({points_interval(diff)})"
+
+
 def _rows(summary) -> list[dict]:
+    cells = ok(summary, "convergence")
     rows = []
-    for (env, device, loader), group in ok(summary, "convergence").groupby(list(RUN),
-                                                                            sort=True):
+    for (env, device, loader, kind), group in cells.groupby(list(RUN), sort=True):
+        seed = value_range(col(group, "final_test_acc"))
         rows.append({
-            "env": env, "device": device, "loader": loader, "n": str(len(group)),
+            "env": env, "device": device, "loader": loader_name(loader),
+            "code": code_short(group), "n": str(len(group)),
             "final_acc": spread(col(group, "final_test_acc"), _accuracy),
+            "seed": "–" if seed is None else points(seed, False),
+            "vs_cpu": _against_cpu(cells, env, device, loader, kind),
             "best_acc": spread(col(group, "best_test_acc"), _accuracy),
             "best_epoch": spread(col(group, "best_epoch"), count),
             "final_loss": spread(col(group, "final_test_loss"), _loss),

@@ -1,12 +1,23 @@
-"""Section 9, cost: one training run at the blog's settings on each device (time, energy,
-electricity, hardware write-off, waiting, total), each figure tagged measured, assumed or
-mixed; the cost of the cost model's runs and of reaching its target accuracy; the
-break-even of the GPU machine; the cost model's inputs."""
+"""Section 10, energy and cost: one training run at the blog's settings on each device, led
+by its energy and electricity (the blog's measure), then its time, the hardware's write-off,
+the waiting (its value an assumption of the cost model) and the total; each column's basis
+(measured, assumed or mixed) named once in its header where every row shares it; the cost of
+the cost model's runs and of reaching its target accuracy; the break-even of the GPU machine
+between runs of the same code; the cost model's inputs."""
 
 from __future__ import annotations
 
 from mnistbench.report.formatting import count, money, num, readable_command, runs, seconds
-from mnistbench.report.selections import Inputs, waiting_share
+from mnistbench.report.selections import (
+    Inputs,
+    code_label,
+    code_short,
+    device_name,
+    focus_env,
+    loader_name,
+    loader_phrase,
+    waiting_share,
+)
 from mnistbench.results.cost import CostReport, Figure
 
 #: The share of a run's cost above which the report says that waiting dominates it.
@@ -24,13 +35,19 @@ def _figure(figure: Figure, kind: str, currency: str) -> dict:
     return {"value": value, "basis": figure.basis}
 
 
-def _rows(result: CostReport, currency: str) -> list[dict]:
+#: The figures of a row whose basis the table names, per column.
+FIGURES = ("run", "energy", "electricity", "hardware", "waiting", "total", "total_n", "target",
+           "target_cost")
+
+
+def _rows(result: CostReport, currency: str, codes: dict) -> list[dict]:
     rows = []
     for r in result.rows:
         def fig(figure, kind="money"):
             return _figure(figure, kind, currency)
         rows.append({
-            "env": r.env, "device": r.device, "loader": r.loader, "n": str(r.n),
+            "env": r.env, "device": r.device, "loader": loader_name(r.loader),
+            "code": codes.get((r.env, r.device, r.loader), "–"), "n": str(r.n),
             "run": fig(r.run_s, "seconds"), "energy": fig(r.energy_wh, "energy"),
             "energy_note": r.energy_note, "electricity": fig(r.electricity),
             "hardware": fig(r.hardware), "waiting": fig(r.waiting),
@@ -42,13 +59,47 @@ def _rows(result: CostReport, currency: str) -> list[dict]:
     return rows
 
 
+def _bases(rows: list[dict]) -> dict[str, str]:
+    """Per figure, the basis every row shares ("" where they differ): the header names it
+    once and the cells carry none; where rows differ, each cell keeps its own."""
+    shared = {}
+    for key in FIGURES:
+        found = {r[key]["basis"] for r in rows}
+        shared[key] = found.pop() if len(found) == 1 else ""
+    for r in rows:
+        for key in FIGURES:
+            r[key]["shown"] = not shared[key]
+    return shared
+
+
+def _lead(inputs: Inputs, result: CostReport) -> str:
+    """The energy and electricity of a run at the blog's settings, in a sentence."""
+    env = focus_env(inputs.summary, inputs.cells)
+    rows = [r for r in result.rows if r.env == env]
+    if not rows:
+        return "No ok convergence cell: no energy or cost of a run."
+    currency, price = inputs.model.currency, inputs.model.price_per_kwh
+    parts = []
+    for r in rows:
+        label = code_label(inputs.cells[(inputs.cells["env"] == env)
+                                        & (inputs.cells["device"] == r.device)
+                                        & (inputs.cells["loader"] == r.loader)])
+        parts.append(f"{num(r.energy_wh.value, 3, 'Wh')}, {money(r.electricity.value, currency)}"
+                     f" of electricity, on the {device_name(r.device)} ({label}, "
+                     f"{loader_phrase(r.loader)})")
+    where = f" on {env}" if inputs.multi_env else ""
+    return (f"Energy and electricity first, the blog's measure: a training run at the blog's "
+            f"settings{where} takes " + "; ".join(parts)
+            + f", at {num(price, 3)} {currency} per kWh.")
+
+
 def _notes(result: CostReport) -> list[str]:
     notes = list(result.notes)
     waiting = [(r, share) for r in result.rows
                if (share := waiting_share(r)) is not None and share > WAITING_DOMINATES]
     multi = len({r.env for r in result.rows}) > 1
     if waiting:
-        listed = "; ".join(f"{r.device} ({r.loader}{', ' + r.env if multi else ''}): "
+        listed = "; ".join(f"{r.device} ({loader_name(r.loader)}{', ' + r.env if multi else ''}): "
                            f"{num(100 * share, 2, '%')}" for r, share in waiting)
         notes.append(f"Waiting dominates the cost of these runs (its share of the total): "
                      f"{listed}. The time you wait is worth more than the electricity and the "
@@ -60,11 +111,17 @@ def _notes(result: CostReport) -> list[str]:
 def context(inputs: Inputs) -> dict:
     result, model = inputs.cost_report, inputs.model
     currency = model.currency
-    breakeven = [{"env": b.env, "loader": b.loader, "extra": money(b.extra_price, currency),
+    codes = {key: code_short(group) for key, group in
+             inputs.cells.groupby(["env", "device", "loader"])}
+    breakeven = [{"env": b.env, "loader": loader_name(b.loader),
+                  "code": codes.get((b.env, "cpu", b.loader), "–"),
+                  "extra": money(b.extra_price, currency),
                   "save_el": money(b.saving_electricity, currency),
                   "runs_el": runs(b.runs_electricity),
                   "save_all": money(b.saving_with_waiting, currency),
-                  "runs_all": runs(b.runs_with_waiting)} for b in result.break_even]
+                  "runs_all": runs(b.runs_with_waiting)} for b in result.break_even
+                 if codes.get((b.env, "cpu", b.loader)) == codes.get((b.env, "cuda", b.loader))]
+    rows = _rows(result, currency, codes)
     energy = sorted({(r.device, r.energy_note) for r in result.rows})
     return {
         "currency": currency,
@@ -73,7 +130,10 @@ def context(inputs: Inputs) -> dict:
         # a path: relative, or the "built-in default"
         "cost_source": readable_command(model.source) if "/" in model.source
         else model.source,
-        "cost_rows": _rows(result, currency),
+        "cost_rows": rows,
+        "cost_bases": _bases(rows),
+        "cost_lead": _lead(inputs, result),
+        "cost_wait": f"{num(model.wait_value_per_hour, 3)} {currency} per hour",
         "breakeven_rows": breakeven,
         "cost_notes": _notes(result),
         "cost_inputs": [{"key": k, "value": v, "meaning": m} for k, v, m in model.as_rows()],

@@ -1,8 +1,14 @@
 """Section 1, the findings: three to six sentences computed from the quiet cells (busy ones
-left out where a quiet repeat exists): the GPU's speed-up and the phase behind it, or,
-without a GPU, why and how to add one with what the CPU study found (loader, precision,
-best batch); the cost of a run with the break-even; the accuracy difference against the
-seed spread; the hardware."""
+left out where a quiet repeat exists): the GPU's speed-up per kind of code and the phase
+behind it, or, without a GPU, why (the how-to has its own section) with what the CPU study
+found (this project's best against the DataLoader's code, precision, best batch); the
+energy and cost of a run with the break-even; the accuracy against the seed spread; the
+hardware.
+
+Every number of a sentence is one a table of the report shows (tests/test_report_findings.py
+checks it), and each names the environment (with several) and the kind of code it comes
+from.
+"""
 
 from __future__ import annotations
 
@@ -15,22 +21,23 @@ from mnistbench.report.formatting import (
     plural,
     points,
     points_interval,
-    ratio_interval,
     ratio_phrase,
     runs,
     seconds,
 )
 from mnistbench.report.selections import (
-    BUSY_SHARE_PCT,
+    CODE,
     Inputs,
     absent_reason,
     blog_loader_first,
     busy_mask,
+    code_phrase,
     col,
     device_name,
     discount_busy,
     envs_with_gpu,
     hardware_line,
+    loader_phrase,
     median,
     ok,
     per_epoch,
@@ -39,7 +46,6 @@ from mnistbench.report.selections import (
     seed_spread,
     speedup,
     sweep_medians,
-    waiting_share,
 )
 from mnistbench.results import cost, stats
 
@@ -49,60 +55,74 @@ PHASE_NAMES = {"data": "data loading", "forward": "the forward pass",
                "eval": "the test-set evaluation", "other": "the loop's own overhead"}
 #: The sentences at most before the hardware's.
 MAX_SENTENCES = 5
+#: The kinds of code in the order the findings give them.
+KINDS = ("blog", "best", "")
 
 
-def _speed(cells, env_prefix, env) -> str | None:
+def _on(inputs: Inputs, env) -> str:
+    """" on ENV" with several environments, else nothing."""
+    return f" on {env}" if inputs.multi_env else ""
+
+
+def _runs_of(cells, env, kind):
+    """(loader, cells) of one kind of code in ``env``: the blog's loader first."""
+    part = cells[(cells["env"] == env) & (cells[CODE] == kind)]
+    for loader in blog_loader_first(part["loader"]):
+        yield loader, part[part["loader"] == loader]
+
+
+def _speed(inputs: Inputs, cells, env) -> str | None:
     parts = []
-    for loader in blog_loader_first(cells.loc[cells["env"] == env, "loader"]):
-        est = speedup(cells, env, loader)
-        if est is not None:
-            parts.append(f"{num(est.value, 3, '×')} with the {loader} loader "
-                         f"({ratio_interval(est)})")
+    for kind in KINDS:
+        for loader, part in _runs_of(cells, env, kind):
+            est = speedup(cells, env, loader, code=kind)
+            if est is not None:
+                parts.append(f"{ratio_phrase(est)} with {code_phrase(part)}")
     if not parts:
         return None
-    return f"{env_prefix}the GPU trains an epoch faster than the CPU by " + " and ".join(parts)
+    return (f"{_on(inputs, env).strip().capitalize() + ', ' if inputs.multi_env else ''}"
+            "the GPU trains an epoch faster than the CPU by " + " and by ".join(parts))
 
 
-def _phase(cells, env) -> str | None:
-    gpu_cells = cells[(cells["env"] == env) & (cells["device"] == "cuda")]
-    for loader in blog_loader_first(gpu_cells["loader"]):
-        same = (cells["env"] == env) & (cells["loader"] == loader)
-        cpu = phases(cells[same & (cells["device"] == "cpu")])
-        gpu = phases(cells[same & (cells["device"] == "cuda")])
-        if cpu is None or gpu is None:
-            continue
-        saved = {p: cpu[p] - gpu[p] for p in (*schema.PHASES, "other")}
-        total = cpu["epoch"] - gpu["epoch"]
-        phase = max(saved, key=saved.get)
-        if total <= 0:
-            return (f"With the {loader} loader the GPU saves no time per epoch "
-                    f"({seconds(cpu['epoch'])} on the CPU, {seconds(gpu['epoch'])} on the GPU)")
-        name = PHASE_NAMES[phase]
-        return (f"{name[0].upper()}{name[1:]} explains most of "
-                f"it: {seconds(cpu[phase])} per epoch on the CPU against {seconds(gpu[phase])} "
-                f"on the GPU, {num(100 * saved[phase] / total, 2, '%')} of the "
-                f"{seconds(total)} per epoch the GPU saves ({loader} loader)")
+def _phase(inputs: Inputs, cells, env) -> str | None:
+    for kind in KINDS:
+        for _, part in _runs_of(cells, env, kind):
+            cpu = phases(part[part["device"] == "cpu"])
+            gpu = phases(part[part["device"] == "cuda"])
+            if cpu is None or gpu is None:
+                continue
+            saved = {p: cpu[p] - gpu[p] for p in (*schema.PHASES, "other")}
+            label = code_phrase(part)
+            if cpu["epoch"] - gpu["epoch"] <= 0:
+                return (f"With {label}{_on(inputs, env)} the GPU saves no time per epoch "
+                        f"({seconds(cpu['epoch'])} on the CPU, {seconds(gpu['epoch'])} on "
+                        "the GPU)")
+            phase = max(saved, key=saved.get)
+            name = PHASE_NAMES[phase]
+            return (f"{name[0].upper()}{name[1:]} explains most of it: {seconds(cpu[phase])} "
+                    f"per epoch on the CPU against {seconds(gpu[phase])} on the GPU ({label}"
+                    f"{_on(inputs, env)})")
     return None
 
 
-def _loader(cells, env, device="cpu") -> str | None:
-    here = (cells["env"] == env) & (cells["device"] == device)
-    dl = cells[here & (cells["loader"] == "dataloader")]
-    res = cells[here & (cells["loader"] == "resident")]
+def _best_against_blog(inputs: Inputs, cells, env, device="cpu") -> str | None:
+    """This project's best code against the DataLoader's cells on one device."""
+    here = cells[(cells["env"] == env) & (cells["device"] == device)]
+    dl = here[here["loader"] == "dataloader"]
+    res = here[here["loader"] == "resident"]
     if dl.empty or res.empty:
-        only = sorted(set(cells.loc[here, "loader"]))
-        return (f"Only the {only[0]} loader ran on the {device_name(device)}: no loader "
-                "effect measured" if only else None)
+        only = sorted(set(here["loader"]))
+        return (f"Only {loader_phrase(only[0])} ran on the {device_name(device)}"
+                f"{_on(inputs, env)}: no loader effect measured" if only else None)
     est = stats.ratio_ci(col(dl, "epoch_s_median"), col(res, "epoch_s_median"))
-    dl_data, res_data = median(per_epoch(dl, "data_s")), median(per_epoch(res, "data_s"))
-    return (f"On the {device_name(device)}, resident data makes an epoch "
-            f"{ratio_phrase(est)} faster than the "
-            f"DataLoader: data loading takes {seconds(dl_data)} of the DataLoader's "
+    return (f"On the {device_name(device)}{_on(inputs, env)}, {code_phrase(res)} trains an "
+            f"epoch {ratio_phrase(est)} faster than {code_phrase(dl)}: data "
+            f"loading takes {seconds(median(per_epoch(dl, 'data_s')))} of the DataLoader's "
             f"{seconds(median(col(dl, 'epoch_s_median')))} epoch against "
-            f"{seconds(res_data)} with resident data")
+            f"{seconds(median(per_epoch(res, 'data_s')))} with data held in memory")
 
 
-def _precision(summary, env, device="cpu") -> str | None:
+def _precision(inputs: Inputs, summary, env, device="cpu") -> str | None:
     sweep = ok(summary, "sweep")
     cells = sweep[(sweep["env"] == env) & (sweep["device"] == device)]
     med = sweep_medians(cells)
@@ -123,31 +143,30 @@ def _precision(summary, env, device="cpu") -> str | None:
             est = stats.ratio_ci(col(pick(other), "samples_per_s"),
                                  col(pick(fp32), "samples_per_s"))
             parts.append(f"{precision} gives {ratio_phrase(est)} the fp32 throughput at batch "
-                         f"{count(batch)} ({loader} loader)")
+                         f"{count(batch)} ({loader_phrase(loader)})")
         best = med.loc[med["samples_per_s"].idxmax()]
         parts.append(f"the best throughput is {num(best['samples_per_s'], 3, 'samples/s')} at "
                      f"batch {count(best['batch_size'])} ({best['precision']}, "
-                     f"{best['loader']} loader)")
+                     f"{loader_phrase(best['loader'])})")
     if not parts:
         return None
-    return f"In the sweep on the {device_name(device)}, " + "; ".join(parts)
+    return f"In the sweep on the {device_name(device)}{_on(inputs, env)}, " + "; ".join(parts)
 
 
-def _cost(result: cost.CostReport, env, model) -> str | None:
+def _cost(inputs: Inputs, result: cost.CostReport, cells, env) -> str | None:
     rows = [r for r in result.rows if r.env == env]
     if not rows:
         return None
-    currency = model.currency
+    currency = inputs.model.currency
     loader = blog_loader_first(r.loader for r in rows)[0]
-    parts = [f"{money(r.total.value, currency)} on the {device_name(r.device)}"
-             for r in rows if r.loader == loader]
-    text = (f"One training run at the blog's settings ({loader} loader, the whole process) "
-            f"costs {' and '.join(parts)}")
-    cpu = next((r for r in rows if r.loader == loader and r.device == "cpu"), None)
-    share = waiting_share(cpu) if cpu else None
-    if share is not None:
-        text += (f", of which waiting is {num(100 * share, 2, '%')} on the CPU"
-                 + (" (waiting dominates)" if share > 0.5 else ""))
+    mine = [r for r in rows if r.loader == loader]
+    label = code_phrase(cells[(cells["env"] == env) & (cells["loader"] == loader)])
+    parts = [f"{num(r.energy_wh.value, 3, 'Wh')} ({money(r.electricity.value, currency)} of "
+             f"electricity) on the {device_name(r.device)}" for r in mine]
+    totals = [f"{money(r.total.value, currency)} on the {device_name(r.device)}" for r in mine]
+    text = (f"One training run{_on(inputs, env)} at the blog's settings ({label}, the whole "
+            f"process) takes {' and '.join(parts)}; with the hardware's write-off and the "
+            f"waiting (assumed values) it costs {' and '.join(totals)}")
     be = next((b for b in result.break_even if b.env == env and b.loader == loader), None)
     if be is not None:
         text += (f"; the GPU machine's extra {money(be.extra_price, currency)} pays for itself "
@@ -156,7 +175,7 @@ def _cost(result: cost.CostReport, env, model) -> str | None:
     return text
 
 
-def _accuracy(cells, env) -> str | None:
+def _accuracy(inputs: Inputs, cells, env) -> str | None:
     part = cells[(cells["env"] == env) & (cells["experiment"] == "convergence")]
     if part.empty:
         return None
@@ -164,33 +183,33 @@ def _accuracy(cells, env) -> str | None:
     spread_text = ("one repeat per cell, so no seed-to-seed spread" if spread is None
                    else f"the seed-to-seed spread measured here is {points(spread, False)}")
     loader = blog_loader_first(part["loader"])[0]
-    cpu = part[(part["device"] == "cpu") & (part["loader"] == loader)]
-    gpu = part[(part["device"] == "cuda") & (part["loader"] == loader)]
+    same = part[part["loader"] == loader]
+    kind = sorted(set(same[CODE]))[0]
+    same = same[same[CODE] == kind]
+    cpu, gpu = same[same["device"] == "cpu"], same[same["device"] == "cuda"]
+    where = f"{code_phrase(same)}{_on(inputs, env)}"
     if not cpu.empty and not gpu.empty:
         diff = stats.diff_ci(col(gpu, "final_test_acc"), col(cpu, "final_test_acc"))
         within = spread is not None and abs(diff.value) <= spread
         return (f"Final test accuracy is {num(median(col(cpu, 'final_test_acc')), 4, '%')} "
                 f"on the CPU and {num(median(col(gpu, 'final_test_acc')), 4, '%')} on the "
-                f"GPU ({loader} loader), a difference of {points(diff.value)} "
+                f"GPU ({where}), a difference of {points(diff.value)} "
                 f"({points_interval(diff)}); {spread_text}"
                 + ("" if spread is None else
                    (", so the difference lies within it" if within
                     else ", so the difference exceeds it")))
     accuracies = ", ".join(
-        f"{num(median(col(part[part['device'] == d], 'final_test_acc')), 4, '%')}"
-        f" on the {device_name(d)}" for d in sorted(set(part["device"])))
-    return f"Final test accuracy is {accuracies} ({loader} loader); {spread_text}"
+        f"{num(median(col(same[same['device'] == d], 'final_test_acc')), 4, '%')}"
+        f" on the {device_name(d)}" for d in sorted(set(same["device"])))
+    return f"Final test accuracy is {accuracies} ({where}); {spread_text}"
 
 
 def _no_gpu(summary, envs) -> str:
     why = {env: absent_reason(summary, env, "cuda") for env in envs}
     reasons = ("; ".join(f"{env}: {text}" for env, text in why.items())
                if len(set(why.values())) > 1 else next(iter(why.values())))
-    return (f"This study has no GPU ({reasons}), so there is no GPU/CPU speed-up; to add one, "
-            "copy another machine's results/runs/ENV folder into results/runs/ and rerun "
-            "(snakemake --cores all), run the study in the CUDA image (docker run --gpus all "
-            "mnistbench:cuda), or run the cuda cells on a SLURM GPU partition "
-            "(snakemake --profile profiles/slurm)")
+    return (f"This study has no GPU ({reasons}), so there is no GPU/CPU speed-up; the section "
+            "\"Adding a GPU\" says how to add one")
 
 
 def findings(inputs: Inputs) -> list[str]:
@@ -204,12 +223,11 @@ def findings(inputs: Inputs) -> list[str]:
     at = "At the blog's settings (batch 128, fp32" + (f"; {subset}" if subset else "") + "), "
     sentences = []
     if gpu_envs:
-        speed = [s for env in gpu_envs
-                 if (s := _speed(cells, f"on {env} " if inputs.multi_env else "", env))]
+        speed = [s for env in gpu_envs if (s := _speed(inputs, cells, env))]
         if speed:
-            sentences.append(at + "; ".join(speed))
+            sentences.append(at + "; ".join(s[0].lower() + s[1:] for s in speed))
         env = gpu_envs[0]
-        sentences.append(_phase(cells, env))
+        sentences.append(_phase(inputs, cells, env))
     else:
         ran = ok(summary)
         ran = ran[ran["device"] == "cuda"]
@@ -218,18 +236,19 @@ def findings(inputs: Inputs) -> list[str]:
                          "no GPU/CPU speed-up at them; the sweep compares the devices at other "
                          "settings")
         env = primary_env(summary)
-        sentences += [_loader(cells, env), _precision(quiet, env)]
-    sentences.append(_cost(cost.compute(quiet, inputs.epochs, model), env, model))
-    sentences.append(_accuracy(cells, env))
+        sentences += [_best_against_blog(inputs, cells, env), _precision(inputs, quiet, env)]
+    sentences.append(_cost(inputs, cost.compute(quiet, inputs.epochs, model), cells, env))
+    sentences.append(_accuracy(inputs, cells, env))
     hardware = "Hardware: " + "; ".join(
         (f"{e}: " if inputs.multi_env else "") + hardware_line(summary, e) for e in envs)
     busy = int(busy_mask(summary).sum())
     if busy:
         hardware += (f"; {plural(busy, 'cell')} ran on a busy machine (others used more than "
-                     f"{BUSY_SHARE_PCT} % of it), {dropped} of them left out of these findings")
+                     f"a quarter of it), {dropped} of them left out of these findings")
     said = [s for s in sentences if s]
     return [s.rstrip(".") + "." for s in [*said[:MAX_SENTENCES], hardware]]
 
 
 def context(inputs: Inputs) -> dict:
     return {"findings": findings(inputs)}
+

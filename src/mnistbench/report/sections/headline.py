@@ -1,6 +1,7 @@
 """Section 2, the headline: the time per epoch, the total and the GPU/CPU speed-up at the
-blog's settings, per environment, device and loader (a row saying why for a device with no
-ok cell), beside the blog's own figures."""
+blog's settings, per environment, device, loader and kind of code (the blog's code as
+written, this project's best, other settings; a row saying why for a device with no ok cell),
+beside the blog's own figures. A speed-up compares cells of one kind of code only."""
 
 from __future__ import annotations
 
@@ -17,18 +18,29 @@ from mnistbench.report.formatting import (
 )
 from mnistbench.report.selections import (
     BUSY_SHARE_PCT,
+    CODE,
+    CODE_LEGEND,
     DEVICES,
     RUN,
     Inputs,
     absent_reason,
     busy_mask,
     busy_note,
+    code_short,
     col,
     devices,
     hardware,
+    loader_name,
+    loader_phrase,
     speedup,
 )
 from mnistbench.results import stats
+
+
+def _shown(text: str) -> str:
+    """An interval as a cell shows it: nothing for "no interval: 1 run", which the table's
+    note says once."""
+    return "" if text.startswith("no interval: 1 run") else text
 
 
 def _rows(summary, cells) -> list[dict]:
@@ -40,27 +52,29 @@ def _rows(summary, cells) -> list[dict]:
                 if device in DEVICES:
                     rows.append({"env": env, "device": device,
                                  "hardware": hardware(summary, env, device), "loader": "–",
-                                 "n": "0", "absent": absent_reason(summary, env, device),
-                                 "busy": ""})
+                                 "code": "–", "n": "0", "busy": "",
+                                 "absent": absent_reason(summary, env, device)})
                 continue
-            for loader, part in group.groupby("loader", sort=True):
+            for (loader, kind), part in group.groupby(["loader", CODE], sort=True):
                 epoch = stats.median_ci(col(part, "epoch_s_median"))
                 total = stats.median_ci(col(part, "total_s"))
                 speed, speed_ci = "1× (baseline)", ""
                 if device != "cpu":
-                    est = speedup(cells, env, loader, device)
+                    est = speedup(cells, env, loader, device, code=kind)
                     if est is None:
-                        speed, speed_ci = "–", f"no ok CPU cell with the {loader} loader"
+                        speed, speed_ci = "–", ("no ok CPU cell of the same code with "
+                                                f"{loader_phrase(loader)}")
                     else:
                         speed, speed_ci = num(est.value, 3, "×"), ratio_interval(est)
                 rows.append({
                     "env": env, "device": device, "hardware": hardware(summary, env, device),
-                    "loader": loader, "n": str(epoch.n if epoch else 0), "absent": "",
+                    "loader": loader_name(loader), "code": code_short(part),
+                    "n": str(epoch.n if epoch else 0), "absent": "",
                     "epoch": seconds(epoch.value if epoch else None),
-                    "epoch_ci": interval(epoch, "s"),
+                    "epoch_ci": _shown(interval(epoch, "s")),
                     "total": seconds(total.value if total else None),
-                    "total_ci": interval(total, "s"),
-                    "speedup": speed, "speedup_ci": speed_ci, "busy": busy_note(part),
+                    "total_ci": _shown(interval(total, "s")),
+                    "speedup": speed, "speedup_ci": _shown(speed_ci), "busy": busy_note(part),
                 })
     return rows
 
@@ -72,9 +86,9 @@ def _notes(cells) -> list[str]:
     notes = []
     sizes = cells.groupby(list(RUN)).size()
     if (sizes == 1).any():
-        notes.append("Rows with one repeat have no confidence interval: a single run says "
-                     "nothing about run-to-run spread. Run 2 or more repeats for one (6 or "
-                     "more for a 95 % interval of a median).")
+        notes.append("Rows with one repeat have no confidence interval (none is shown): a "
+                     "single run says nothing about run-to-run spread. Run 2 or more repeats "
+                     "for one (6 or more for a 95 % interval of a median).")
     if ((sizes > 1) & (sizes < 6)).any():
         notes.append("With fewer than 6 runs no interval of a median reaches 95 %, and "
                      "with fewer than 7 a side none of a speed-up: the interval shown is "
@@ -95,6 +109,7 @@ def context(inputs: Inputs) -> dict:
                 for key in ("batch_size", "precision", "epochs")}
     return {
         "headline_rows": _rows(inputs.summary, cells),
+        "headline_code_legend": CODE_LEGEND,
         "headline_notes": _notes(cells),
         "headline_source": inputs.cells_source,
         "headline_settings": "; ".join(f"{k.replace('_', ' ')} {v}"

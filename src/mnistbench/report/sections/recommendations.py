@@ -1,6 +1,8 @@
-"""Section 11, recommendations: the blog's "when to use a CPU, when a GPU" rebuilt from the
-data and the cost model: when the CPU suffices, from which batch size the GPU pays off, and
-the break-even in runs, each with the numbers behind it."""
+"""Section 12, recommendations from what was measured: on the CPU, which levers pay off and
+which to avoid (the tips experiment's speed-ups), what bf16 is worth depending on whether
+the CPU has bf16 instructions; then the blog's "when to use a CPU, when a GPU" rebuilt from
+the data and the cost model: when the CPU suffices, from which batch size the GPU pays off,
+and the break-even in runs, each with the numbers behind it."""
 
 from __future__ import annotations
 
@@ -8,10 +10,13 @@ import math
 
 from mnistbench.report import blog
 from mnistbench.report.formatting import count, money, num, ratio_phrase, runs, seconds
+from mnistbench.report.sections import tips as tips_section
 from mnistbench.report.selections import (
     Inputs,
     blog_loader_first,
     col,
+    loader_name,
+    loader_phrase,
     ok,
     waiting_share,
 )
@@ -42,7 +47,7 @@ def _cpu_suffices(result: cost.CostReport, be, currency: str) -> dict:
     rows = {(r.env, r.device, r.loader): r for r in result.rows}
     cpu, gpu = rows[(be.env, "cpu", be.loader)], rows[(be.env, "cuda", be.loader)]
     numbers = [f"a run takes {seconds(cpu.run_s.value)} on the CPU and "
-               f"{seconds(gpu.run_s.value)} on the GPU ({be.loader} loader)",
+               f"{seconds(gpu.run_s.value)} on the GPU ({loader_phrase(be.loader)})",
                f"a run costs {money(cpu.total.value, currency)} on the CPU and "
                f"{money(gpu.total.value, currency)} on the GPU (electricity, hardware, "
                "waiting)",
@@ -79,7 +84,7 @@ def _break_even(be, model: cost.CostModel, multi_env: bool) -> dict:
             "numbers": [f"extra price {money(be.extra_price, currency)}",
                         f"saving per run: {money(be.saving_with_waiting, currency)} with "
                         f"waiting, {money(be.saving_electricity, currency)} in electricity",
-                        f"{be.loader} loader" + (f", {be.env}" if multi_env else "")]}
+                        loader_phrase(be.loader) + (f", {be.env}" if multi_env else "")]}
 
 
 def _batch(summary, result: cost.CostReport, model: cost.CostModel) -> dict:
@@ -124,7 +129,7 @@ def _batch(summary, result: cost.CostReport, model: cost.CostModel) -> dict:
                        f"be {num(need, 3, '×')} faster to cost less per sample"]
             numbers += [f"batch {count(b)}: {ratio_phrase(e)}" for b, e in ests.items()]
             on_env = f", {env}" if summary["env"].nunique() > 1 else ""
-            where = f" ({loader} loader, fp32{on_env})"
+            where = f" ({loader_phrase(loader)}, fp32{on_env})"
             if start is None:
                 best = max(ests, key=lambda b: ests[b].value if ests[b] else 0)
                 text = (f"At no batch size measured ({count(batches[0])}–{count(batches[-1])})"
@@ -144,13 +149,99 @@ def _batch(summary, result: cost.CostReport, model: cost.CostModel) -> dict:
             "same loader.", "numbers": ["–"]}
 
 
+def _tip_items(inputs: Inputs, device: str):
+    """(tip, what it changes, its cell of the tips table) of every measured tip on
+    ``device`` but the baseline."""
+    shown, rows, _ = tips_section.tips_table(inputs.summary)
+    if device not in shown:
+        return []
+    i = shown.index(device)
+    return [(r, r["devices"][i]) for r in rows
+            if r["tip"] != blog.BASELINE and r["devices"][i].get("est") is not None]
+
+
+def _cpu_levers(inputs: Inputs) -> dict:
+    title = "On the CPU: the levers that pay off, and those to avoid"
+    items = _tip_items(inputs, "cpu")
+    if not items:
+        return {"title": title, "text": "Not measured: no tips cells ran on the CPU.",
+                "numbers": ["the tips experiment measures each lever against the blog's code"]}
+    multi = inputs.multi_env
+
+    def line(row, cell):
+        where = f" on {row['env']}" if multi else ""
+        return f"{row['tip']}{where}: {cell['speed']} ({cell['ci']}), {row['change']}"
+    ranked = sorted(items, key=lambda item: -item[1]["est"].value)
+    good = [(r, c) for r, c in ranked if c["verdict"] == blog.PAYS_OFF]
+    bad = [(r, c) for r, c in ranked if c["verdict"] in (blog.SLOWER, blog.COSTS_ACCURACY)]
+    rest = [(r, c) for r, c in ranked if (r, c) not in good and (r, c) not in bad]
+
+    def names(chosen):
+        return ", ".join(f"{r['tip']} {c['speed']}" for r, c in chosen) or "none"
+    text = (f"Use {names(good)} (speed-ups of an epoch over the blog's code); avoid "
+            f"{names(bad)}" + (f"; within noise: {names(rest)}" if rest else "") + ".")
+    numbers = [f"{c['verdict']}: " + line(r, c) for r, c in ranked]
+    return {"title": title, "text": text, "numbers": numbers}
+
+
+def _bf16(inputs: Inputs) -> dict:
+    title = "What bf16 is worth on the CPU"
+    parts, numbers, paths, sweeps = [], [], set(), []
+    for row, cell in _tip_items(inputs, "cpu"):
+        if row["tip"] == "amp-bf16":
+            path = cell["bf16_path"] or "unrecorded"
+            paths.add(path)
+            parts.append(f"{cell['speed']} in the tips experiment (the blog's code, bf16 "
+                         f"{path}; accuracy {cell['acc']})")
+            numbers.append(f"tips, amp-bf16{', ' + row['env'] if inputs.multi_env else ''}: "
+                           f"{cell['speed']} ({cell['ci']})")
+    sweep = ok(inputs.summary, "sweep")
+    cpu = sweep[sweep["device"] == "cpu"]
+    for (env, loader), group in cpu.groupby(["env", "loader"], sort=True):
+        bf16 = group[group["precision"] == "bf16"]
+        fp32 = group[group["precision"] == "fp32"]
+        common = sorted(set(bf16["batch_size"]) & set(fp32["batch_size"]))
+        if not common:
+            continue
+        batch = 128 if 128 in common else common[-1]
+        est = stats.ratio_ci(col(bf16[bf16["batch_size"] == batch], "samples_per_s"),
+                             col(fp32[fp32["batch_size"] == batch], "samples_per_s"))
+        if est is None:
+            continue
+        path = ", ".join(sorted({str(v) for v in bf16["bf16_path"].dropna() if str(v)})) \
+            or "unrecorded"
+        paths.add(path)
+        where = f", {env}" if inputs.multi_env else ""
+        numbers.append(f"sweep, batch {count(batch)}, {loader_name(loader)}{where} (bf16 "
+                       f"{path}): {ratio_phrase(est)} the fp32 throughput")
+        sweeps.append(f"{num(est.value, 3, '×')} the fp32 throughput in the sweep at batch "
+                      f"{count(batch)} ({loader_phrase(loader)}{where})")
+    if not numbers:
+        return {"title": title, "text": "Not measured: no bf16 cells ran on the CPU.",
+                "numbers": ["–"]}
+    measured = "; ".join(parts + sweeps)
+    if paths == {"native"}:
+        text = ("Here the CPU runs bf16 natively (AVX-512 bf16 or AMX): bf16 autocast is worth "
+                f"{measured}. On a CPU without bf16 instructions PyTorch emulates it, and this "
+                "gain is not measured here: keep fp32 there unless a cell of that CPU shows "
+                "otherwise.")
+    elif paths == {"emulated"}:
+        text = (f"Here the CPU has no bf16 instructions and PyTorch emulates bf16: it gives "
+                f"{measured}. Use it only where that ratio exceeds 1; a CPU with AVX-512 bf16 "
+                "or AMX runs it natively (not measured here).")
+    else:
+        text = (f"bf16's worth depends on the CPU's bf16 path (native or emulated): {measured}."
+                " Use it where the path is native and the ratio exceeds 1.")
+    return {"title": title, "text": text, "numbers": numbers}
+
+
 def recommendations(inputs: Inputs) -> list[dict]:
     """Each recommendation with the numbers behind it."""
     result, model = inputs.cost_report, inputs.model
     ranked = sorted(result.break_even, key=lambda b: (b.loader != blog.BLOG_LOADER, b.env))
     be = ranked[0] if ranked else None
-    return [_cpu_suffices(result, be, model.currency), _batch(inputs.summary, result, model),
-            _break_even(be, model, inputs.multi_env)]
+    return [_cpu_levers(inputs), _bf16(inputs), _cpu_suffices(result, be, model.currency),
+            _batch(inputs.summary, result, model), _break_even(be, model, inputs.multi_env)]
 
 
 def context(inputs: Inputs) -> dict:

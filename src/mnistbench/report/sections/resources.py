@@ -5,7 +5,15 @@ counter; the time series are a chart."""
 from __future__ import annotations
 
 from mnistbench.report.formatting import missing, num
-from mnistbench.report.selections import RUN, Inputs, busy_note, col, median
+from mnistbench.report.selections import (
+    RUN,
+    Inputs,
+    busy_note,
+    code_short,
+    col,
+    loader_name,
+    median,
+)
 
 
 def _cpu_power(cells) -> list[float]:
@@ -28,9 +36,10 @@ MEDIANS = {"cpu_mean": ("cpu_pct_mean", "%"), "cpu_peak": ("cpu_pct_peak", "%"),
 
 def _rows(cells) -> list[dict]:
     rows = []
-    for (env, device, loader), group in cells.groupby(list(RUN), sort=True):
+    for (env, device, loader, _), group in cells.groupby(list(RUN), sort=True):
         rows.append({
-            "env": env, "device": device, "loader": loader, "n": str(len(group)),
+            "env": env, "device": device, "loader": loader_name(loader),
+            "code": code_short(group), "n": str(len(group)),
             **{key: num(median(col(group, column)), 3, unit)
                for key, (column, unit) in MEDIANS.items()},
             "cpu_power": num(median(_cpu_power(group)), 3, "W"),

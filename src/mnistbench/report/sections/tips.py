@@ -4,9 +4,11 @@ the baseline's seed spread, and a verdict; n/a with the reason where a tip does 
 
 from __future__ import annotations
 
+import math
+
 from mnistbench.core import study
 from mnistbench.report import blog
-from mnistbench.report.formatting import num, points, ratio_parts, ratio_phrase
+from mnistbench.report.formatting import count, num, plural, points, ratio_parts, ratio_phrase
 from mnistbench.report.selections import (
     DEVICES,
     TIP_COLUMN,
@@ -15,6 +17,7 @@ from mnistbench.report.selections import (
     col,
     devices,
     discount_busy,
+    distinct,
     median,
     tips_cells,
     value_range,
@@ -29,7 +32,8 @@ VERDICT_CLASS = {blog.PAYS_OFF: "good", blog.SLOWER: "bad", blog.COSTS_ACCURACY:
 def _tip_cell(device, rule, base, group, spread) -> dict:
     """One tip on one device: speed-up over the baseline with its interval, accuracy effect,
     verdict; or why there is none."""
-    empty = {"speed": "", "ci": "", "acc": "", "busy": "", "note": "", "span": True}
+    empty = {"speed": "", "ci": "", "acc": "", "busy": "", "note": "", "span": True,
+             "est": None, "bf16_path": ""}
     not_applicable = study.not_applicable_reason(rule, device)
     if not_applicable:
         measured = ""
@@ -69,10 +73,11 @@ def _tip_cell(device, rule, base, group, spread) -> dict:
     speed, speed_ci = ratio_parts(est)
     return {**empty, "span": False, "speed": speed, "ci": speed_ci, "acc": acc,
             "verdict": verdict, "cls": VERDICT_CLASS.get(verdict, "na"),
-            "busy": busy_note(ran)}
+            "busy": busy_note(ran), "est": est,
+            "bf16_path": ", ".join(distinct(ran, "bf16_path"))}
 
 
-def _tips(summary):
+def tips_table(summary):
     """(devices, rows, why there are none): each tip's speed-up over the baseline per device,
     accuracy effect and verdict."""
     cells = tips_cells(summary)
@@ -100,6 +105,44 @@ def _tips(summary):
     return shown, rows, ""
 
 
+def runs_intro(summary) -> str:
+    """What the tips experiment's runs are: per environment the steps and epochs of a run
+    (and what capped them), the test samples, the repeats per tip; "" without tips cells."""
+    cells = tips_cells(summary)
+    done = cells[cells["status"] == "ok"]
+    if done.empty:
+        return ""
+    parts = []
+    for env, part in done.groupby("env", sort=True):
+        shapes = []
+        groups = sorted(part.groupby(["steps_per_epoch", "batch_size"]),
+                        key=lambda item: -len(item[1]))
+        for (steps, batch), group in groups:
+            full = math.ceil(blog.BLOG_SETTINGS["train_samples"] / float(batch))
+            capped = steps < full
+            tips = ", ".join(blog.tip_order(group[TIP_COLUMN]))
+            why = ""
+            if capped:
+                stops = [s for s in distinct(group, "max_batch_stop") if s]
+                why = (", capped by max_steps" + (f"; the largest-batch search stopped at "
+                                                 f"{', '.join(stops)}" if stops else ""))
+            shapes.append(f"{plural(count(steps), 'step')} at batch {count(batch)} "
+                          f"({int(steps * batch):,} of the {blog.BLOG_SETTINGS['train_samples']:,}"
+                          f" training samples{why}) for {tips}")
+        epochs = "/".join(distinct(part, "epochs"))
+        tests = [f"{int(float(t)):,}" for t in distinct(part, "test_limit") if t not in ("0", "")]
+        repeats = part.groupby(TIP_COLUMN).size()
+        n = (str(repeats.min()) if repeats.min() == repeats.max()
+             else f"{repeats.min()}–{repeats.max()}")
+        parts.append(("" if summary["env"].nunique() == 1 else f"on {env}: ")
+                     + f"{plural(epochs, 'epoch')} of " + "; ".join(shapes)
+                     + (f"; tested on {', '.join(tests)} samples" if tests else "")
+                     + f"; {plural(n, 'repeat')} per tip")
+    return ("Its runs are short: " + "; ".join(parts) + ". Their speed-ups compare like with "
+            "like; their accuracy is that of these short runs, not the 10-epoch accuracy.")
+
+
 def context(inputs: Inputs) -> dict:
-    tip_devices, tip_rows, absent = _tips(inputs.summary)
-    return {"tip_devices": tip_devices, "tip_rows": tip_rows, "tips_absent": absent}
+    tip_devices, tip_rows, absent = tips_table(inputs.summary)
+    return {"tip_devices": tip_devices, "tip_rows": tip_rows, "tips_absent": absent,
+            "tips_runs": runs_intro(inputs.summary)}

@@ -1,0 +1,110 @@
+"""The first screen: a verdict box of at most :data:`MAX_WORDS` words, generated from the
+data: the GPU/CPU speed-up per kind of code, or "not measured yet" and why; this machine's
+epoch for the blog's code as written and for this project's best (whichever ran), beside the
+blog's 58.7 s and 5.2 s on another machine; the blog's claims tallied as confirmed,
+contradicted and not checkable, the strongest named. The headline chart under it is
+:func:`mnistbench.report.plots.headline`."""
+
+from __future__ import annotations
+
+from mnistbench.core import study
+from mnistbench.report import blog
+from mnistbench.report.formatting import num, plural, seconds
+from mnistbench.report.sections import claims
+from mnistbench.report.selections import (
+    CODE,
+    Inputs,
+    code_label,
+    col,
+    distinct,
+    envs_with_gpu,
+    focus_env,
+    gpu_absence,
+    hardware,
+    median,
+    speedup,
+)
+
+#: The most words the box may hold.
+MAX_WORDS = 200
+
+
+def _speedups(inputs: Inputs, cells) -> str:
+    absent = gpu_absence(inputs.summary)
+    if absent or not envs_with_gpu(cells):
+        return f"GPU speed-up: not measured yet ({absent or 'no GPU cell at the blog settings'})."
+    env, parts = envs_with_gpu(cells)[0], []
+    for kind in ("blog", "best"):
+        part = cells[(cells["env"] == env) & (cells[CODE] == kind)]
+        for loader in sorted(set(part["loader"])):
+            est = speedup(cells, env, loader, code=kind)
+            if est is not None:
+                parts.append(f"{num(est.value, 3, '×')} with {study.CODE_LABELS[kind]}")
+    if not parts:
+        return ("GPU speed-up: not measured like for like (no CPU and GPU cells of the same "
+                "code).")
+    return (f"GPU speed-up: {' and '.join(parts)} ({hardware(inputs.summary, env, 'cuda')} "
+            f"against {hardware(inputs.summary, env, 'cpu')}).")
+
+
+def _epochs(cells, env) -> list[str]:
+    """This machine's epoch per device and kind of code (the blog's and the best first)."""
+    lines = []
+    here = cells[cells["env"] == env]
+    for device in ("cpu", "cuda"):
+        mine = here[here["device"] == device]
+        if mine.empty:
+            continue
+        name = "CPU" if device == "cpu" else "GPU"
+        for kind in ("blog", "best", ""):
+            part = mine[mine[CODE] == kind]
+            if part.empty:
+                if kind == "blog":
+                    lines.append(f"{name}, {study.CODE_LABELS[kind]}: not run here")
+                continue
+            for _, group in part.groupby("loader"):
+                lines.append(f"{name}, {code_label(group)}: "
+                             f"{seconds(median(col(group, 'epoch_s_median')))}")
+    return lines
+
+
+def word_count(context: dict) -> int:
+    """Words of the verdict box as the page shows it."""
+    text = " ".join([context["verdict_heading"], context["verdict_speedup"],
+                     context["verdict_machine"], *context["verdict_epochs"],
+                     context["verdict_blog"], context["verdict_tally"],
+                     *context["verdict_strongest"]])
+    return len(text.split())
+
+
+def context(inputs: Inputs) -> dict:
+    cells = inputs.cells
+    env = focus_env(inputs.summary, cells)
+    found = claims.checks(inputs)
+    tally = claims.tally(found)
+    here = inputs.summary[inputs.summary["env"] == env]
+    machine = ", ".join(distinct(here, "cpu_model")) or "CPU model not recorded"
+    cores = distinct(here, "cpu_cores_physical")
+    threads = distinct(here, "cpu_cores_logical")
+    subset = blog.subset(cells)
+    ref = blog.BLOG
+    out = {
+        "verdict_heading": "Verdict",
+        "verdict_speedup": _speedups(inputs, cells),
+        "verdict_machine": (f"This machine ({env + ': ' if inputs.multi_env else ''}{machine}"
+                            + (f", {plural('/'.join(cores), 'core')}" if cores else "")
+                            + (f", {plural('/'.join(threads), 'thread')}" if threads else "")
+                            + "), seconds per epoch at the blog's settings"
+                            + (f" ({subset})" if subset else "") + ":"),
+        "verdict_epochs": _epochs(cells, env) or ["no ok cell at the blog's settings"],
+        "verdict_blog": (f"The blog, on another machine: {ref['cpu_epoch_s']:g} s on its CPU "
+                         f"({ref['cpu']}), {ref['gpu_epoch_s']:g} s on its GPU "
+                         f"({ref['gpu']})."),
+        "verdict_tally": (f"The blog's {len(found)} claims, checked here: "
+                          f"{tally[blog.CONFIRMED]} confirmed, "
+                          f"{tally[blog.CONTRADICTED]} contradicted, "
+                          f"{tally[blog.NOT_CHECKABLE]} not checkable. The strongest:"),
+        "verdict_strongest": [f"{c['verdict']}: {c['short']}"
+                              for c in claims.strongest(found)],
+    }
+    return out
