@@ -430,22 +430,6 @@ def headline(rows: list[dict], width: int = 1) -> dict:
     }
 
 
-def disturbed_warning(rows: list[dict]) -> str | None:
-    """The terminal warning of a cell with disturbed epochs (None without any)."""
-    bad = [r for r in rows if r.get("disturbed")]
-    if not bad:
-        return None
-    quiet = [r["epoch_s"] for r in rows if not r.get("disturbed")]
-    median = f"{statistics.median(quiet):.3g} s" if quiet else "none quiet"
-    which = "; ".join(f"epoch {r['epoch']}: {r['epoch_s']:.3g} s, {r['disturbed']}"
-                      + (f" (others {r['others_load_pct']:.0f} % of the machine)"
-                         if r.get("others_load_pct") is not None else "") for r in bad[:5])
-    return (f"mnistbench train: warning: {len(bad)} of {len(rows)} timed epochs were disturbed "
-            f"({which}; the quiet epochs' median: {median}). They are flagged in "
-            f"{schema.EPOCHS_FILE} and left out of the medians, the total and the costs; "
-            "time the cell again on a quiet machine to measure them.")
-
-
 def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return True
@@ -684,8 +668,6 @@ def run_cell(cfg: TrainConfig) -> int:
     save_collect_env(run)
     if run.status != "ok":
         print(f"mnistbench train: {run.status}: {run.reason}", file=sys.stderr)
-    elif (warning := disturbed_warning(run.rows)) is not None:
-        print(warning, file=sys.stderr)
     return schema.EXIT_CODES[run.status]
 
 
