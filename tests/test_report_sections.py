@@ -152,7 +152,9 @@ def test_tips_section_reads_the_tip_column(tenfold):
     assert rows["pin_memory"].count("n/a") == 1 and "only speeds up copies to a GPU" in \
         rows["pin_memory"]
     assert "cuDNN is NVIDIA's GPU library" in rows["cudnn.benchmark"]
-    assert "range of 3 runs a side" in rows["workers=4"] and "pays off" in rows["workers=4"]
+    assert "pays off" in rows["workers=4"] and "range of" not in rows["workers=4"]
+    assert "Intervals: each a range of 3 runs a side, at least 56 % coverage." in visible(
+        section)  # named once, in the table's caption
     assert "slower" in rows["cudnn.benchmark"]
     assert "points" in rows["resident"]
     assert "oom CUDA out of memory while compiling" in rows["compile"]
@@ -160,7 +162,8 @@ def test_tips_section_reads_the_tip_column(tenfold):
     tips = tips[(tips["experiment"] == "tips") & (tips["device"] == "cpu")]
     est = stats.ratio_ci(tips.loc[tips["tip"] == "baseline", "epoch_s_median"],
                          tips.loc[tips["tip"] == "resident", "epoch_s_median"])
-    assert f"{fmt.num(est.value, 3, '×')} range of 3 runs a side" in rows["resident"]
+    assert (f"{fmt.num(est.value, 3, '×')} {fmt.num(est.low, 3)}–{fmt.num(est.high, 3)} ×"
+            in rows["resident"])
 
 
 def test_tips_section_says_not_measured_without_tips_cells(full):
@@ -242,8 +245,9 @@ def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tm
             "settings; 1.10 × to 1.10 ×): 10.0 % slower.") in section
     row = local[(local["experiment"] == "convergence") & (local["loader"] == "dataloader")]
     median = float(row["epoch_s_median"].median())
-    assert (f"vm-docker vm-local convergence cpu fp32 dataloader 128 {fmt.seconds(median)} "
+    assert (f"vm-docker vm-local convergence cpu fp32 DataLoader 128 {fmt.seconds(median)} "
             f"{fmt.seconds(median * 1.1)} 1.10 ×") in section
+    assert "Intervals: each a range of 2 runs a side, at least 25 % coverage." in section
     assert ("slurm-main took 1.05 × the epoch time of vm-local (median over 4 matched "
             "settings; 1.05 × to 1.05 ×): 5.0 % slower.") in section
     assert "2 / 2" in section

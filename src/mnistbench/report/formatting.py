@@ -161,6 +161,48 @@ def ratio_interval(est: stats.Estimate | None) -> str:
     return text
 
 
+def interval_qualifier(est: stats.Estimate | None) -> str | None:
+    """What an interval is, without its span: "range of 2 runs a side, at least 25 %
+    coverage" or "95 % CI, 7 runs"; None without an interval."""
+    if est is None or not est.has_interval:
+        return None
+    if est.coverage is not None and est.coverage < stats.CONFIDENCE - 1e-9:
+        bound = "at least " if "two medians" in est.method else ""
+        return f"range of {_runs(est)}, {bound}{est.coverage * 100:.0f} % coverage"
+    return f"95 % CI, {_runs(est)}"
+
+
+class TableIntervals:
+    """The ratio intervals of one table: each statistic named once. :meth:`add` gives a cell
+    (a dict whose ``text`` :meth:`caption` fills in); when every interval of the table is of
+    one kind (e.g. all ranges of 2 runs a side), the caption names it and the cells show the
+    spans alone, else each cell keeps its full wording."""
+
+    def __init__(self) -> None:
+        self.cells: list[dict] = []
+
+    def add(self, est: stats.Estimate | None) -> dict:
+        full = ratio_interval(est) if est is not None else ""
+        qualifier = interval_qualifier(est)
+        short = full
+        if qualifier is not None:
+            suffix = next((t for t in (": within noise", ": too close to 1 to tell")
+                           if full.endswith(t)), "")
+            short = f"{num(est.low, 3)}–{num(est.high, 3)} ×{suffix}"
+        cell = {"full": full, "short": short, "qualifier": qualifier, "text": full}
+        self.cells.append(cell)
+        return cell
+
+    def caption(self) -> str:
+        """The table's legend of its intervals ("" when they differ, each cell then naming
+        its own), filling in every cell's ``text``."""
+        kinds = {c["qualifier"] for c in self.cells if c["qualifier"]}
+        shared = len(kinds) == 1
+        for c in self.cells:
+            c["text"] = c["short"] if shared and c["qualifier"] else c["full"]
+        return f"Intervals: each a {kinds.pop()}." if shared else ""
+
+
 def ratio_phrase(est: stats.Estimate | None) -> str:
     """"9.8× (95 % CI 9.1–10.4×, 7 runs a side)", with "within noise" where the interval
     holds 1."""

@@ -10,12 +10,11 @@ from __future__ import annotations
 from mnistbench.report.formatting import count, money, num, readable_command, runs, seconds
 from mnistbench.report.selections import (
     Inputs,
-    code_label,
+    code_phrase,
     code_short,
     device_name,
     focus_env,
     loader_name,
-    loader_phrase,
     waiting_share,
 )
 from mnistbench.results.cost import CostReport, Figure
@@ -81,16 +80,15 @@ def _lead(inputs: Inputs, result: CostReport) -> str:
     currency, price = inputs.model.currency, inputs.model.price_per_kwh
     parts = []
     for r in rows:
-        label = code_label(inputs.cells[(inputs.cells["env"] == env)
-                                        & (inputs.cells["device"] == r.device)
-                                        & (inputs.cells["loader"] == r.loader)])
+        label = code_phrase(inputs.cells[(inputs.cells["env"] == env)
+                                         & (inputs.cells["device"] == r.device)
+                                         & (inputs.cells["loader"] == r.loader)])
         parts.append(f"{num(r.energy_wh.value, 3, 'Wh')}, {money(r.electricity.value, currency)}"
-                     f" of electricity, on the {device_name(r.device)} ({label}, "
-                     f"{loader_phrase(r.loader)})")
+                     f" of electricity, on the {device_name(r.device)} ({label})")
     where = f" on {env}" if inputs.multi_env else ""
     return (f"Energy and electricity first, the blog's measure: a training run at the blog's "
             f"settings{where} takes " + "; ".join(parts)
-            + f", at {num(price, 3)} {currency} per kWh.")
+            + f", at {price:g} {currency} per kWh.")
 
 
 def _notes(result: CostReport) -> list[str]:

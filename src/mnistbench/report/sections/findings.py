@@ -205,10 +205,11 @@ def _accuracy(inputs: Inputs, cells, env) -> str | None:
 
 
 def _no_gpu(summary, envs) -> str:
-    why = {env: absent_reason(summary, env, "cuda") for env in envs}
+    why = {env: absent_reason(summary, env, "cuda").removeprefix("not in this study: ")
+           for env in envs}
     reasons = ("; ".join(f"{env}: {text}" for env, text in why.items())
                if len(set(why.values())) > 1 else next(iter(why.values())))
-    return (f"This study has no GPU ({reasons}), so there is no GPU/CPU speed-up; the section "
+    return (f"This study has no GPU, so there is no GPU/CPU speed-up: {reasons}; the section "
             "\"Adding a GPU\" says how to add one")
 
 

@@ -1,8 +1,10 @@
-"""Section 14, methodology and environment: the prose lives in the template; here are every
+"""Methodology and environment: the prose lives in the template; here are every
 environment's fields side by side, the settings of each experiment, every column with its
 unit, and the reproducing command."""
 
 from __future__ import annotations
+
+import re
 
 from mnistbench.core import schema
 from mnistbench.report.formatting import missing, plain, readable_command
@@ -40,10 +42,17 @@ def _settings(summary) -> list[dict]:
     return rows
 
 
+def _worded(text: str) -> str:
+    """A column's description in the report's words: the loaders by their names."""
+    return re.sub(r"\bresident loader\b", "data held in memory",
+                  re.sub(r"\bdataloader loader\b", "the DataLoader", str(text)))
+
+
 def context(inputs: Inputs) -> dict:
     return {
         "env_rows": _env_rows(inputs.summary, inputs.envs),
         "settings": _settings(inputs.summary),
-        "columns": aggregate.column_rows(),
+        "columns": [{**row, "description": _worded(row["description"])}
+                    for row in aggregate.column_rows()],
         "command": readable_command(inputs.command) if inputs.command else "",
     }

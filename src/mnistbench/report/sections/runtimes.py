@@ -1,17 +1,18 @@
-"""Section 13, runtimes: the same cells run in two environments of the same hardware (a
+"""Runtimes: the same cells run in two environments of the same hardware (a
 container or SLURM jobs beside the local runner): each other environment's median epoch
 time over the reference's (:func:`mnistbench.report.selections.reference_env`), with its
 95 % interval, and a sentence per environment with the median over the matched settings."""
 
 from __future__ import annotations
 
-from mnistbench.report.formatting import count, num, plural, ratio_phrase, seconds
+from mnistbench.report.formatting import TableIntervals, count, num, plural, seconds
 from mnistbench.report.selections import (
     SAME_CELL,
     TIP_COLUMN,
     Inputs,
     col,
     discount_busy,
+    loader_name,
     median,
     ok,
     reference_env,
@@ -61,10 +62,10 @@ def runtimes(summary):
                 rows.append({
                     "env": env, "ref": ref, "experiment": what["experiment"],
                     "device": what["device"], "precision": what["precision"],
-                    "loader": what["loader"], "batch": count(what["batch_size"]),
+                    "loader": loader_name(what["loader"]), "batch": count(what["batch_size"]),
                     "tip": what.get(TIP_COLUMN) or "",
                     "ref_s": seconds(median(ref_times)), "env_s": seconds(median(times)),
-                    "ratio": ratio_phrase(est),
+                    "ratio": num(est.value, 3, "×"), "est": est,
                     "repeats": f"{len(group)} / {len(match)}",
                 })
             if ratios:
@@ -77,4 +78,10 @@ def runtimes(summary):
 
 def context(inputs: Inputs) -> dict:
     rows, sentences, absent = runtimes(inputs.summary)
-    return {"runtime_rows": rows, "runtime_sentences": sentences, "runtimes_absent": absent}
+    intervals = TableIntervals()
+    cells = [(row, intervals.add(row["est"])) for row in rows]
+    caption = intervals.caption()
+    for row, cell in cells:
+        row["ratio_ci"] = cell["text"]
+    return {"runtime_rows": rows, "runtime_sentences": sentences, "runtimes_absent": absent,
+            "runtimes_caption": caption}

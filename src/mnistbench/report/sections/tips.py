@@ -8,7 +8,15 @@ import math
 
 from mnistbench.core import study
 from mnistbench.report import blog
-from mnistbench.report.formatting import count, num, plural, points, ratio_parts, ratio_phrase
+from mnistbench.report.formatting import (
+    TableIntervals,
+    count,
+    num,
+    plural,
+    points,
+    ratio_parts,
+    ratio_phrase,
+)
 from mnistbench.report.selections import (
     DEVICES,
     TIP_COLUMN,
@@ -144,5 +152,11 @@ def runs_intro(summary) -> str:
 
 def context(inputs: Inputs) -> dict:
     tip_devices, tip_rows, absent = tips_table(inputs.summary)
+    intervals = TableIntervals()
+    shown = [(cell, intervals.add(cell["est"])) for row in tip_rows for cell in row["devices"]
+             if cell.get("est") is not None and not cell["span"]]
+    caption = intervals.caption()
+    for cell, interval in shown:
+        cell["ci"] = interval["text"]
     return {"tip_devices": tip_devices, "tip_rows": tip_rows, "tips_absent": absent,
-            "tips_runs": runs_intro(inputs.summary)}
+            "tips_runs": runs_intro(inputs.summary), "tips_caption": caption}
