@@ -141,3 +141,19 @@ def test_a_cpu_hog_during_one_epoch_flags_it(tmp_path, tiny_mnist, monkeypatch, 
     assert summary["results"]["disturbed_epochs"] >= 1
     entry.report(out / schema.SUMMARY_FILE)
     assert "timed epoch(s) were disturbed" in capsys.readouterr().err
+
+
+def test_the_disturbed_column_reads_back_as_text_through_the_tables(tmp_path, tiny_mnist,
+                                                                     monkeypatch):
+    """A flagged epoch's reason survives aggregate and load_tables (a text column), and the
+    report's readers see it."""
+    from mnistbench.results import aggregate
+
+    monkeypatch.setattr(monitor.ResourceMonitor, "others_load_between",
+                        lambda self, start, end: 70.0)
+    code, _, out = run(tmp_path / "runs" / "e" / "adhoc", tiny_mnist, name="cell", epochs=2,
+                       quiet=True, env="e", experiment="adhoc", cell="cell")
+    assert code == 0
+    aggregate.aggregate(tmp_path / "runs", tmp_path / "tables")
+    epochs = aggregate.load_tables(tmp_path / "tables").epochs
+    assert set(epochs["disturbed"]) <= {"load", "load+outlier"}

@@ -4,8 +4,8 @@ as commands instead of importing their modules into Snakemake's own process:
 - :func:`write_peak` (``mnistbench peak``): the device's measured FLOP/s limit,
   :func:`mnistbench.measure.peak.measure`;
 - :func:`write_cost_model` (``mnistbench cost-model``): the cost model checked against its
-  schema with every default filled, :func:`mnistbench.results.cost.resolve`, what the
-  workflow's ``cost_model`` job writes (``write_cost_model`` in workflow/rules/common.smk).
+  schema with every default filled, :func:`mnistbench.results.cost.resolve`: the workflow's
+  ``cost_model`` job runs this command (workflow/rules/aggregate.smk).
 
 Both write atomically (:mod:`mnistbench.core.atomic`): the file is whole or not there. A top
 module: it imports ``measure`` (torch) only in :func:`write_peak`.

@@ -6,6 +6,7 @@
 # the standard library only (no numpy, no torch: Snakemake alone parses the workflow) and must
 # stay fast: a 500-cell study builds in well under 10 s (benchmarks/bench_dag.py).
 
+import json
 import os
 import re
 import shlex
@@ -75,17 +76,6 @@ def reproduce_command():
     """The command that reproduces this study, shown in the report's methodology."""
     settings = workflow.config_settings
     return plan.reproduce_command(settings.configfiles, settings.config, ON_SLURM)
-
-
-def write_cost_model(path, model, log):
-    """Write config `cost`, every key left out set to its default, as the JSON cost model
-    `mnistbench report --cost-model` reads (the schema has validated it). Run by the
-    cost_model job in this Snakemake process: mnistbench.results.cost needs numpy, PyYAML and
-    jsonschema, so it is imported here, at job time, never while the DAG is built."""
-    from mnistbench.results import cost
-
-    write_json(path, cost.resolve(model, source="config key cost"))
-    write_text(log, f"wrote {path} from config key cost ({len(model)} keys given)\n")
 
 
 # ---------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ TEXT_COLUMNS = frozenset(
     {*schema.ID_COLUMNS, "status", "reason", "device", "precision", "loader", "stage",
      "pin_memory", "compile", "cuda_graphs", "bf16_path", "timing_method", "gpu_throttle_start",
      "allocator", "implementation", "cudnn_benchmark", "max_batch", "max_batch_stop", "tip",
-     "busy",
+     "busy", "disturbed",
      "gpu_throttle_end", *schema.ENV_FIELDS, *schema.DERIVED_FIELDS}
     | {k for k, (unit, _) in schema.TIMING_FIELDS.items() if unit == "ISO 8601"})
 
