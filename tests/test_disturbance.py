@@ -151,7 +151,7 @@ def test_the_disturbed_column_reads_back_as_text_through_the_tables(tmp_path, ti
 
     monkeypatch.setattr(monitor.ResourceMonitor, "others_load_between",
                         lambda self, start, end: 70.0)
-    code, _, out = run(tmp_path / "runs" / "e" / "adhoc", tiny_mnist, name="cell", epochs=2,
+    code, _, _ = run(tmp_path / "runs" / "e" / "adhoc", tiny_mnist, name="cell", epochs=2,
                        quiet=True, env="e", experiment="adhoc", cell="cell")
     assert code == 0
     aggregate.aggregate(tmp_path / "runs", tmp_path / "tables")
