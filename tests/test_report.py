@@ -31,16 +31,6 @@ from mnistbench.report import render as report
 from mnistbench.results import aggregate, cost
 
 
-@pytest.fixture(scope="module")
-def full(tmp_path_factory):
-    return studies.full(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    return studies.quick(tmp_path_factory)
-
-
 def test_report_is_one_self_contained_file(full):
     """CSS inline, every chart a PNG data URI, no scripts, no external references."""
     html = full["html"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import html as htmllib
 import re
 
-import pytest
 import test_report_studies as studies
 from fakes import with_tips
 from test_report_studies import (
@@ -20,26 +19,6 @@ from mnistbench.report import blog, selections
 from mnistbench.report import formatting as fmt
 from mnistbench.report.sections import blog_check
 from mnistbench.results import aggregate, cost, stats
-
-
-@pytest.fixture(scope="module")
-def full(tmp_path_factory):
-    return studies.full(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def tenfold(tmp_path_factory):
-    return studies.tenfold(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    return studies.quick(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def blogcode(tmp_path_factory):
-    return studies.blogcode(tmp_path_factory)
 
 
 def test_headline_matches_the_data_and_shows_the_blogs_figures(full):

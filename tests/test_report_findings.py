@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 import test_report_studies as studies
 from fakes import with_load, with_tips
 from test_report_studies import (
@@ -17,26 +16,6 @@ from test_report_studies import (
 from mnistbench.report import formatting as fmt
 from mnistbench.report import selections
 from mnistbench.results import aggregate, stats
-
-
-@pytest.fixture(scope="module")
-def full(tmp_path_factory):
-    return studies.full(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def tenfold(tmp_path_factory):
-    return studies.tenfold(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    return studies.quick(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def blogcode(tmp_path_factory):
-    return studies.blogcode(tmp_path_factory)
 
 
 def test_findings_state_speedup_phase_cost_accuracy_and_hardware(blogcode):

@@ -7,8 +7,6 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-import pytest
-import test_report_studies as studies
 from fakes import cell_id
 from test_report_studies import (
     render,
@@ -21,21 +19,6 @@ from test_report_studies import (
 from mnistbench.core import study
 from mnistbench.report import formatting as fmt
 from mnistbench.results import aggregate, cost, stats
-
-
-@pytest.fixture(scope="module")
-def full(tmp_path_factory):
-    return studies.full(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def tenfold(tmp_path_factory):
-    return studies.tenfold(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    return studies.quick(tmp_path_factory)
 
 
 def test_one_epoch_study_says_one_epoch(quick):

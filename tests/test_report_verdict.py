@@ -19,21 +19,6 @@ from mnistbench.results import aggregate, cost
 COMMITTED = Path(__file__).resolve().parents[1] / "report" / "data"
 
 
-@pytest.fixture(scope="module")
-def blogcode(tmp_path_factory):
-    return studies.blogcode(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def quick(tmp_path_factory):
-    return studies.quick(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def tenfold(tmp_path_factory):
-    return studies.tenfold(tmp_path_factory)
-
-
 def _box(html: str) -> str:
     section = section_of(html, "verdict")
     return visible(section.split('<div class="verdict-box">')[1].split("</div>")[0])
