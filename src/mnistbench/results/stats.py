@@ -69,6 +69,12 @@ def _clean(values: Iterable[float]) -> np.ndarray:
     return array[np.isfinite(array)]
 
 
+def _coverage(n: int, k: int) -> float:
+    """Exact coverage of ``[x_(k), x_(n-k+1)]`` for the median of ``n`` observations:
+    ``1 - 2 P(B <= k - 1)``, ``B ~ Binomial(n, 1/2)``."""
+    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) * 0.5 ** n
+
+
 def median_order_stat_k(n: int, confidence: float = CONFIDENCE) -> tuple[int, float]:
     """The 1-based order-statistic index ``k`` of the interval ``[x_(k), x_(n-k+1)]`` for the
     median of ``n`` observations, and its exact coverage (0-1).
@@ -78,14 +84,12 @@ def median_order_stat_k(n: int, confidence: float = CONFIDENCE) -> tuple[int, fl
     """
     if n < 2:
         raise ValueError(f"an interval needs at least 2 observations, got {n}")
-    best_k, best_cov = 1, 1.0 - 2.0 * 0.5 ** n
-    cdf = 0.5 ** n  # P(B <= k - 1) for k = 1
-    for k in range(1, n // 2 + 1):
-        coverage = 1.0 - 2.0 * cdf  # of [x_(k), x_(n-k+1)]
+    best_k, best_cov = 1, _coverage(n, 1)
+    for k in range(2, n // 2 + 1):
+        coverage = _coverage(n, k)
         if coverage < confidence - 1e-12:
             break
         best_k, best_cov = k, coverage
-        cdf += math.comb(n, k) * 0.5 ** n  # now P(B <= k)
     return best_k, best_cov
 
 
@@ -127,12 +131,6 @@ def _side_intervals(a: np.ndarray, b: np.ndarray,
         cov = _coverage(a.size, 1) * _coverage(b.size, 1)
         return (a[0], a[-1]), (b[0], b[-1]), cov
     return best[1], best[2], best[3]
-
-
-def _coverage(n: int, k: int) -> float:
-    """Exact coverage of ``[x_(k), x_(n-k+1)]`` for the median of ``n`` observations:
-    ``1 - 2 P(B <= k - 1)``, ``B ~ Binomial(n, 1/2)``."""
-    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) * 0.5 ** n
 
 
 def _method(cov: float, confidence: float, what: str) -> str:
