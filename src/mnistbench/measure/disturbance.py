@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import TypeVar
 
 LOAD_PCT = 25.0  # % of all cores, as monitor.BUSY_OTHERS_PCT
 OUTLIER_RATIO = 1.25
 OUTLIER_MADS = 5.0
 MIN_EPOCHS = 3
 _MAD_SCALE = 1.4826  # MAD -> standard deviation for normal data
+T = TypeVar("T")
 
 
 def outliers(epoch_s: Sequence[float]) -> list[bool]:
@@ -54,8 +56,9 @@ def flags(epoch_s: Sequence[float], others_pct: Sequence[float | None]) -> list[
     return out
 
 
-def quiet(values: Sequence[float], disturbed: Sequence[str]) -> list[float]:
-    """``values`` of the epochs that were not disturbed; all of them when every epoch was
-    (then nothing quiet is left to prefer, and the summary says so)."""
+def quiet(values: Sequence[T], disturbed: Sequence[str]) -> list[T]:
+    """``values`` (an epoch's figure or its whole row) of the epochs that were not disturbed;
+    all of them when every epoch was (then nothing quiet is left to prefer, and the summary
+    says so)."""
     kept = [v for v, why in zip(values, disturbed, strict=True) if not why]
     return kept or list(values)

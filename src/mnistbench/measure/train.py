@@ -403,7 +403,7 @@ def headline(rows: list[dict], width: int = 1) -> dict:
     if not rows:
         return {}
     flags = [r.get("disturbed") or "" for r in rows]
-    quiet = [r for r, why in zip(rows, flags, strict=True) if not why] or rows
+    quiet = disturbance.quiet(rows, flags)
     epoch_s = [r["epoch_s"] for r in quiet]
     median = statistics.median(epoch_s)
     best = max(rows, key=lambda r: r["test_acc"])
