@@ -255,12 +255,12 @@ def code_kind(loader: object, implementation: object, allocator_loaded: object =
               workers: object = 0) -> str:
     """Which code a cell ran, from what it recorded: ``blog`` (the DataLoader, the stock
     formulation, the C library's allocator, no workers), ``best`` (data resident, the tuned
-    formulation) or ``""`` (anything else)."""
-    if (loader == "dataloader" and implementation == "stock"
-            and str(allocator_loaded or "glibc") == "glibc" and not workers):
-        return "blog"
-    if loader == "resident" and implementation == "tuned":
-        return "best"
+    formulation) or ``""`` (anything else), by :data:`CONVERGENCE_CODE`'s settings."""
+    ran = {"implementation": implementation, "allocator": str(allocator_loaded or "glibc"),
+           "workers": workers or 0}
+    for kind_loader, (kind, settings) in CONVERGENCE_CODE.items():
+        if loader == kind_loader and all(ran[k] == settings[k] for k in ran if k in settings):
+            return kind
     return ""
 
 
