@@ -55,9 +55,10 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def imports(path: Path, name: str) -> list[tuple[str, int]]:
+def imports(path: Path, name: str, mods: dict[str, Path]) -> list[tuple[str, int]]:
     """Every module ``path`` imports (function-level imports included), with its line: names
-    below mnistbench as ``mnistbench.X.Y``, others by their top-level name."""
+    below mnistbench as ``mnistbench.X.Y`` (``mods``: :func:`modules`), others by their
+    top-level name."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -71,7 +72,6 @@ def imports(path: Path, name: str) -> list[tuple[str, int]]:
             else:
                 module = node.module or ""
             if module == "mnistbench" or module.startswith("mnistbench."):
-                mods = modules()
                 for alias in node.names:  # `from mnistbench.core import schema` names a module
                     sub = f"{module}.{alias.name}".removeprefix("mnistbench.")
                     out.append((f"mnistbench.{sub}" if sub in mods else module, node.lineno))
@@ -100,9 +100,10 @@ def test_every_layer_has_its_rule_in_its_docstring():
 def test_layers_import_only_what_their_rule_allows():
     stdlib = sys.stdlib_module_names
     bad = []
-    for name, path in modules().items():
+    mods = modules()
+    for name, path in mods.items():
         layer = layer_of(name)
-        for target, line in imports(path, name):
+        for target, line in imports(path, name, mods):
             where = f"{path.relative_to(SRC)}:{line}"
             top = target.split(".")[0]
             if top == "mnistbench":
@@ -150,7 +151,7 @@ def test_no_import_cycle_under_src():
     """No module under src/mnistbench imports, directly or through others, itself (imports
     inside functions count)."""
     mods = modules()
-    graph = {name: {internal(t) for t, _ in imports(path, name)
+    graph = {name: {internal(t) for t, _ in imports(path, name, mods)
                     if internal(t) in mods and internal(t) != name}
              for name, path in mods.items()}
     assert find_cycle(graph) is None

@@ -64,13 +64,12 @@ def _kernels(device: torch.device, dtype: torch.dtype) -> dict[str, tuple[Any, i
     if device.type == "cpu":
         x, w = (t.contiguous(memory_format=torch.channels_last) for t in (x, w))
     conv_flops = 2 * CONV_BATCH * s.conv2_side ** 2 * s.conv2[1] * s.conv2[0] * network.KERNEL ** 2
-    with torch.no_grad():
-        return {
-            "matmul": (lambda: torch.mm(a, b), 2 * n ** 3, f"{n}x{n} @ {n}x{n}"),
-            "conv2": (lambda: F.conv2d(x, w), conv_flops,
-                      f"batch {CONV_BATCH}, {s.conv2[0]}->{s.conv2[1]} ch, "
-                      f"{network.KERNEL}x{network.KERNEL} on {s.conv1_side}x{s.conv1_side}"),
-        }
+    return {
+        "matmul": (lambda: torch.mm(a, b), 2 * n ** 3, f"{n}x{n} @ {n}x{n}"),
+        "conv2": (lambda: F.conv2d(x, w), conv_flops,
+                  f"batch {CONV_BATCH}, {s.conv2[0]}->{s.conv2[1]} ch, "
+                  f"{network.KERNEL}x{network.KERNEL} on {s.conv1_side}x{s.conv1_side}"),
+    }
 
 
 def measure(device: str = "cpu", precisions: tuple[str, ...] = ("fp32",),

@@ -174,7 +174,6 @@ _BY_NAME: dict[tuple[str, str], Spec] = {
     # the machine's load less the cell's own: slightly negative where the two are sampled
     # a moment apart, as others_load_mean
     ("epochs", "others_load_pct"): Spec("number", -100, 100),
-    ("epochs", "disturbed"): Spec("text"),
     ("epochs", "train_loss"): Spec("number", 0),
     ("epochs", "test_loss"): Spec("number", 0),
     ("resources", "proc_cpu_pct"): _PERCENT_OF_A_CORE,
