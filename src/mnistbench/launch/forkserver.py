@@ -59,7 +59,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mnistbench.core import cpuruntime
+from mnistbench.core import cpuruntime, provenance
 from mnistbench.core.clock import process_start_unix
 from mnistbench.core.envvars import FORKSERVER_SOCKET_VAR, LAUNCH_VAR, PROCESS_START_VAR
 
@@ -133,6 +133,9 @@ class Server:
         started = time.perf_counter()
         for name in PRELOAD:
             __import__(name)
+        # The digest of the code just loaded, once: every forked cell inherits it (cached)
+        # instead of parsing the measuring code again in its own start-up.
+        provenance.running_code_digest()
         self.environment = load_time_environment(dict(os.environ))
         _log(f"imported {', '.join(PRELOAD)} in {time.perf_counter() - started:.2f} s")
         _libc()  # loaded before any fork, so that a cell only calls it
