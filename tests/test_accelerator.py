@@ -74,7 +74,10 @@ def test_bf16_cell_records_the_path_the_query_gives(tmp_path, tiny_mnist, monkey
 def test_fp16_cell_runs_with_a_grad_scaler(tmp_path, tiny_mnist, monkeypatch):
     """fp16 on an accelerator runs (autocast plus GradScaler) and records no bf16 path."""
     install(monkeypatch, "xpu")
-    code, summary = run(tmp_path, tiny_mnist, device="xpu", precision="fp16")
+    # One timed step: on a CPU (the fake xpu's tensors live there) an fp16 backward pass
+    # takes about 2 s, so each step more costs the suite that much.
+    code, summary = run(tmp_path, tiny_mnist, device="xpu", precision="fp16", epochs=1,
+                        max_steps=1)
     assert code == 0, summary["reason"]
     assert summary["params"]["bf16_path"] == ""
 
