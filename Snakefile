@@ -30,6 +30,7 @@ include: "workflow/rules/docker.smk"
 include: "workflow/rules/cells.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/images.smk"
+include: "workflow/rules/peak.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/report.smk"
@@ -38,5 +39,6 @@ include: "workflow/rules/report.smk"
 rule all:
     input:
         cell_summaries(),
+        peak_records(),
         "results/summary.csv",
         "results/report/index.html",

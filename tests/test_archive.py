@@ -313,7 +313,9 @@ def test_unpack_refuses_an_invalid_cell_naming_it(tmp_path):
 def test_unpack_refuses_a_manifest_with_a_non_json_number(tmp_path, packed):
     """A manifest holding NaN (which json.loads would take) is not JSON: refused."""
     members = read_members(packed)
-    text = members[0][1].decode().replace('"archive_version": 1', '"archive_version": NaN')
+    version = f'"archive_version": {archive.ARCHIVE_VERSION}'
+    assert version in members[0][1].decode()
+    text = members[0][1].decode().replace(version, '"archive_version": NaN')
     members[0] = (members[0][0], text.encode())
     assert_refused(write_members(tmp_path / "n.tar.gz", members, refresh_manifest=False),
                    tmp_path / "runs", "is not valid JSON", "archive_version is NaN")

@@ -62,19 +62,54 @@ def test_peak_refuses_a_precision_the_device_lacks(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_peak_of_an_absent_device_exits_10_and_writes_nothing(tmp_path, capsys, monkeypatch):
+def test_peak_of_an_absent_device_exits_10_and_records_it(tmp_path, capsys, monkeypatch):
+    """As train does: status unavailable with the reason, no rows, exit 10."""
     from mnistbench.measure import backends, peak
+    from mnistbench.results import validate
 
     def absent(name):
         raise backends.DeviceUnavailable("no CUDA GPU is visible to torch")
 
     monkeypatch.setattr(peak.backends, "pick_device", absent)
-    out = tmp_path / "peak.json"
+    out = tmp_path / "cuda.json"
     code = cli.main(["peak", "--device", "cuda", "--out", str(out)])
     assert code == schema.EXIT_CODES["unavailable"]
     err = capsys.readouterr().err
     assert err.strip() == "mnistbench peak: cuda unavailable: no CUDA GPU is visible to torch"
-    assert not out.exists()
+    record = validate.read_peak(out)
+    assert (record.status, record.reason, record.rows) == (
+        "unavailable", "no CUDA GPU is visible to torch", [])
+
+
+def test_a_failed_measurement_exits_12_and_records_the_error(tmp_path, capsys, monkeypatch):
+    from mnistbench.measure import peak
+    from mnistbench.results import validate
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("oneDNN could not create a primitive")
+
+    monkeypatch.setattr(peak, "_kernels", broken)
+    out = tmp_path / "cpu.json"
+    assert cli.main(["peak", "--out", str(out)]) == schema.EXIT_CODES["failed"]
+    assert "Traceback" in capsys.readouterr().err  # the log says where
+    record = validate.read_peak(out)
+    assert record.status == "failed" and record.rows == []
+    assert record.reason == "RuntimeError: oneDNN could not create a primitive"
+
+
+def test_record_failure_writes_a_failed_record_without_torch(tmp_path):
+    """The workflow's fallback when the measuring process crashed: no torch imported."""
+    out = tmp_path / "peak" / "cpu.json"
+    code = ("import sys; sys.modules['torch'] = None; from mnistbench import console; "
+            f"sys.exit(console.main(['peak', '--out', {str(out)!r}, '--record-failure', "
+            "'exit 1: see the log']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, cpuruntime.REEXEC_VAR: "1"}, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    record = json.loads(out.read_text())
+    assert (record["status"], record["reason"], record["device"], record["rows"]) == (
+        "failed", "exit 1: see the log", "cpu", [])
 
 
 def test_peak_into_a_folder_in_the_way_is_one_paragraph(tmp_path, tiny_peak, capsys):

@@ -164,6 +164,22 @@ def test_cuda_cell_asks_for_the_gpus_torch_would_see(cell, monkeypatch):
     assert "--gpus" not in command and f"{GPU_NOTE_VAR}=no runtime" in command
 
 
+def test_peak_command_mounts_no_data_and_writes_under_results(cell):
+    """A peak measurement (the workflow's peak job under the docker runner) runs in the same
+    image with only the results folder mounted, its --out file rewritten to the container's
+    path, and the GPUs of its device."""
+    root = cell["root"].resolve()
+    args = ["peak", "--device", "cpu", "--precision", "fp32", "--threads", "2", "--out",
+            "results/runs/box/peak/cpu.json"]
+    command = container.run_command(cell["record"], args)
+    assert _mounts(command) == [f"type=bind,source={root / 'results'},target=/work/results"]
+    assert "--gpus" not in command
+    assert command[command.index(IMAGE_ID) + 1:] == [
+        "mnistbench", *args, "--out", "/work/results/runs/box/peak/cpu.json"]
+    cuda = ["peak", "--device", "cuda", "--out", "results/runs/box/peak/cuda.json"]
+    assert _value(container.run_command(cell["record"], cuda), "--gpus") == "all"
+
+
 def test_container_name_is_unique_per_output_folder(tmp_path):
     """Two cells of the same id in different results folders get different container names."""
     first = container.container_name(tmp_path / "a" / "cpu-cell")
@@ -172,7 +188,9 @@ def test_container_name_is_unique_per_output_folder(tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["fetch", "--dest", "x"], "must be `train ...`"),
+    (["fetch", "--dest", "x"], "must be `train ...` or `peak ...`"),
+    (["peak", "--device", "cpu"], "needs --device and --out"),
+    (["peak", "--device", "cpu", "--out", "elsewhere/cpu.json"], "not inside the results"),
     (["train", "--data", "data"], "is not valid"),  # no --out
     (["train", "--data", "data", "--out", "results/x", "--device", "tpu"], "is not valid"),
     (["train", "--data", "data", "--out", "elsewhere/x"], "not inside the results folder"),

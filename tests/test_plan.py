@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,7 @@ def raw_config(**overrides) -> dict:
             "sweep": {"batch_sizes": [32], "precisions": ["fp32"], "loaders": ["resident"],
                       "repeats": 1, "max_steps": 2, **TINY},
             "tips": {"enabled": False},
+            "scale": {"enabled": False},  # on in the tests of the scale experiment
         },
     }
     config.update(overrides)
@@ -557,6 +559,95 @@ def test_a_cell_outside_the_matrix_names_the_config_keys():
     message = str(caught.value)
     assert "cell cpu-fp32-resident-b64-r0 of experiment sweep" in message
     assert "(2 cells from the config)" in message and "experiments.*" in message
+
+
+def test_scale_cells_carry_their_width_and_accelerators_time_the_wider_ones():
+    """The scale experiment on cpu and cuda: widths 1, 2, 4 everywhere, 8 on the GPU too, at
+    every precision the device runs; ids carry the width, flags pass it."""
+    config = validated(devices=["cpu", "cuda"],
+                       experiments={**raw_config()["experiments"],
+                                    "scale": {"repeats": 1, "precisions": ["fp32", "fp16"]}})
+    matrix = plan.Matrix.of_config(config, ENV, ["cpu", "cuda"], cores=2)
+    scale = [c for c in matrix.cells if c.experiment == "scale"]
+    assert [c.id for c in scale] == [
+        *(f"cpu-fp32-resident-b128-x{w}-r0" for w in (1, 2, 4)),
+        *(f"cuda-{p}-resident-b128-x{w}-r0" for p in ("fp32", "fp16") for w in (1, 2, 4, 8))]
+    args = matrix.cell(ENV, "scale", "cuda-fp16-resident-b128-x8-r0").train_args()
+    assert args[args.index("--width") + 1] == "8"
+    assert args[args.index("--implementation") + 1] == "tuned"
+    assert "--width" not in matrix.cells[0].train_args()  # the other cells' flags as they were
+
+
+# --------------------------------------------------------------------------- the peak step
+def test_the_peak_step_measures_each_environment_and_device_at_the_cells_precisions():
+    """One limit per (env, device) with cells, in matrix order, at the precisions its cells
+    train at (in the order of PRECISIONS), where its first cell runs."""
+    config = validated(devices=["cpu", "cuda"])
+    config["experiments"]["sweep"]["precisions"] = ["bf16", "tf32", "fp32"]
+    matrix = plan.Matrix.of_config(config, ENV, ["cpu", "cuda"], cores=2)
+    assert matrix.peaks() == [(ENV, "cpu"), (ENV, "cuda")]
+    assert matrix.peak_precisions(ENV, "cpu") == ["fp32", "bf16"]  # tf32: no cpu cell
+    assert matrix.peak_precisions(ENV, "cuda") == ["fp32", "tf32", "bf16"]
+    assert matrix.peak_files("results/runs") == [
+        f"results/runs/{ENV}/peak/cpu.json", f"results/runs/{ENV}/peak/cuda.json"]
+    assert matrix.peak_cell(ENV, "cuda") == next(c for c in matrix.cells if c.device == "cuda")
+    assert plan.peak_precision_flags(["fp32", "bf16"]) == "--precision fp32 --precision bf16"
+    with pytest.raises(PlanError, match=r"no xpu cell in environment wf-test"):
+        matrix.peak_cell(ENV, "xpu")
+
+
+def test_a_peak_job_runs_where_its_device_cells_run():
+    """runner docker: in the device's image, as its cells; SLURM: one limit per partition's
+    environment, on that partition, with a GPU for cuda."""
+    config = validated(devices=["cuda"], runner="docker")
+    matrix = plan.Matrix.of_config(config, ENV, ["cuda"], cores=2)
+    launcher = plan.cell_launcher(config, matrix.peak_cell(ENV, "cuda"), "results")
+    assert launcher.startswith("mnistbench docker run --record results/images/cuda.json")
+    slurm = slurm_config(devices=["cpu", "cuda"])
+    envs = plan.study_envs(slurm, ENV, ["cpu", "cuda"])
+    matrix = plan.Matrix.of_config(slurm, ENV, ["cpu", "cuda"], cores=2)
+    assert sorted(matrix.peaks()) == sorted(
+        [("slurm-epyc", "cpu"), ("lab-icelake", "cpu"), ("slurm-h100", "cuda")])
+    assert sorted({env for env, _ in matrix.peaks()}) == envs
+
+    def peak_of(wildcards):
+        return matrix.peak_cell(wildcards.env, wildcards.device)
+
+    resources = plan.slurm_resources(slurm, peak_of, node_cpus=lambda partition: 64)
+    h100 = SimpleNamespace(env="slurm-h100", device="cuda")
+    icelake = SimpleNamespace(env="lab-icelake", device="cpu")
+    assert (resources["slurm_partition"](h100), resources["gpu"](h100),
+            resources["gpu_model"](h100)) == ("h100", 1, "h100")
+    assert (resources["slurm_partition"](icelake), resources["gpu"](icelake),
+            resources["cpus_per_task"](icelake), resources["constraint"](icelake)) == (
+        "icelake", 0, 4, "avx512")
+
+
+def test_lock_wait_is_the_bench_rules_wait_for_the_machine_lock():
+    """The peak rule's wait (plan.lock_wait) is the bench rule's: the same commands, the same
+    message, on file descriptor 9 (bench.smk spells it out: see lock_wait)."""
+    bench = (REPO / "workflow" / "rules" / "bench.smk").read_text()
+    block = re.search(r"^\s*if ! flock --nonblock 9; then\n(.*?)\n\s*fi$", bench,
+                      re.MULTILINE | re.DOTALL)
+    assert block, "bench.smk no longer waits for the lock as lock_wait does"
+    echo, again = (line.strip() for line in block.group(1).splitlines())
+    message = re.fullmatch(r'echo "(.*)" >&2', echo).group(1)
+    line = plan.lock_wait("/tmp/x.lock")
+    assert line == ("if ! flock --nonblock 9; then echo "
+                    f"{shlex.quote(message.replace('{params.lock}', '/tmp/x.lock'))} >&2; "
+                    f"{again}; fi")
+    assert again == "flock 9 || exit 1"
+    assert "{params.wait}" in (REPO / "workflow" / "rules" / "peak.smk").read_text()
+
+
+def test_other_peaks_are_those_of_other_environments(tmp_path):
+    runs = tmp_path / "runs"
+    for env in (ENV, "other-box", ".staging", "a b"):
+        (runs / env / "peak").mkdir(parents=True)
+        (runs / env / "peak" / "cpu.json").write_text("{}")
+    (runs / "other-box" / "peak" / "notes.json").write_text("{}")
+    assert plan.other_peaks(runs, [ENV]) == [str(runs / "other-box" / "peak" / "cpu.json")]
+    assert plan.other_peaks(tmp_path / "none", [ENV]) == []
 
 
 def make_summary(runs: Path, env: str) -> Path:

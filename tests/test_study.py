@@ -119,8 +119,10 @@ def test_safe_name_default_is_configurable():
 
 
 def test_cell_id_format():
-    """A cell id names device, precision, loader, batch size and repeat."""
+    """A cell id names device, precision, loader, batch size and repeat; a variant (a tip, a
+    scale cell's width) goes before the repeat."""
     assert cell_id("cuda", "fp32", "resident", 128, 0) == "cuda-fp32-resident-b128-r0"
+    assert cell_id("cpu", "fp32", "resident", 128, 1, "x4") == "cpu-fp32-resident-b128-x4-r1"
 
 
 # ------------------------------------------------------------------------------ the matrix
@@ -253,3 +255,92 @@ def test_tip_flags_parse_back_to_the_cell_settings():
     assert (args.tip, args.workers, args.pin_memory, args.implementation,
             args.cudnn_benchmark, args.allocator, args.max_batch, args.precision) == (
         "blog-all", 4, True, "stock", True, "glibc", True, "fp16")
+
+
+# ------------------------------------------------------------------------------ scale
+def scale_cells(devices=("cpu", "cuda"), experiments=None) -> list[Cell]:
+    """The scale experiment's cells of the shipped study (or of ``experiments``)."""
+    experiments = experiments or schema_defaults()["experiments"]
+    cells = build_matrix(experiments, list(devices), 0, lambda device: [("e", None)])
+    return [c for c in cells if c.experiment == "scale"]
+
+
+def test_scale_runs_every_width_and_precision_after_the_other_experiments():
+    """The shipped study's scale: widths 1, 2, 4 on the CPU, and 8 too on a GPU, in fp32 and
+    bf16, 2 repeats, each repeat after the tips of the same repeat; ids carry the width."""
+    config = schema_defaults()
+    cells = build_matrix(config["experiments"], ["cpu", "cuda"], 0, lambda device: [("e", None)])
+    assert study.EXPERIMENTS[-1] == "scale"
+    first = [c.experiment for c in cells if c.repeat == 0]
+    assert first.index("scale") > max(i for i, e in enumerate(first) if e == "tips")
+    scale = [c for c in cells if c.experiment == "scale"]
+    assert {(c.device, c.precision, c.width) for c in scale if c.repeat == 0} == {
+        *(("cpu", p, w) for p in ("fp32", "bf16") for w in (1, 2, 4)),
+        *(("cuda", p, w) for p in ("fp32", "bf16") for w in (1, 2, 4, 8))}
+    assert {c.repeat for c in scale} == {0, 1}
+    assert "cpu-fp32-resident-b128-x4-r0" in {c.id for c in scale}
+    assert "cpu-bf16-resident-b128-x1-r1" in {c.id for c in scale}
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def test_scale_cells_time_the_same_short_run_of_the_tuned_network():
+    """Every scale cell: resident data, batch 128, the tuned implementation, one epoch of
+    max_steps steps after a short warm-up, the same samples whatever the width (its training
+    data holds every step), a small test pass."""
+    cells = scale_cells()
+    assert {(c.loader, c.batch_size, c.implementation, c.epochs) for c in cells} == {
+        ("resident", 128, "tuned", 1)}
+    assert {(c.max_steps, c.warmup_steps, c.train_limit, c.test_limit) for c in cells} == {
+        (12, 2, 2048, 1000)}
+    assert all(c.train_limit >= (c.max_steps + c.warmup_steps) * c.batch_size for c in cells)
+
+
+def test_scale_flags_parse_back_to_the_width_and_other_cells_keep_theirs():
+    """A scale cell passes --width (x1 too) and --implementation after the study-wide flags;
+    the cells of the other experiments pass no --width, so their commands are unchanged."""
+    from mnistbench.core import options
+
+    config = schema_defaults()
+    cells = build_matrix(config["experiments"], ["cpu"], 0, lambda device: [("e", None)])
+    for cell in cells:
+        args = options.train_parser().parse_args([*cell.train_args(), "--out", "o"])
+        assert args.width == cell.width and args.cell == cell.id
+        if cell.experiment == "scale":
+            assert "--width" in cell.train_args() and args.implementation == "tuned"
+        else:
+            assert "--width" not in cell.train_args() and cell.width == 1
+    one = next(c for c in cells if c.experiment == "scale" and c.width == 1)
+    assert one.variant == "x1" and one.id.endswith("-x1-r0")
+
+
+def test_scale_precisions_a_device_lacks_and_accelerator_widths_are_left_out():
+    """fp16 is no CPU cell; accelerator_widths [] runs the widths alone on a GPU; a width in
+    both lists is one cell."""
+    experiments = schema_defaults()["experiments"]
+    experiments["scale"].update(precisions=["fp32", "fp16"], widths=[1, 8],
+                                accelerator_widths=[8, 16])
+    cells = scale_cells(experiments=experiments)
+    assert {(c.device, c.precision, c.width) for c in cells if c.repeat == 0} == {
+        ("cpu", "fp32", 1), ("cpu", "fp32", 8),
+        *(("cuda", p, w) for p in ("fp32", "fp16") for w in (1, 8, 16))}
+    experiments["scale"]["accelerator_widths"] = []
+    assert {c.width for c in scale_cells(experiments=experiments)} == {1, 8}
+    experiments["scale"]["enabled"] = False
+    assert scale_cells(experiments=experiments) == []
+
+
+def test_scale_sizes_fit_the_default_study():
+    """The schema's scale adds 12 CPU cells; their training FLOPs (steps and warm-up) and
+    test passes sum to about 6 TFLOP per repeat: minutes on an AVX2 CPU at 60-90 GFLOP/s
+    (bf16 emulated about 3x slower), the bound docs/workflow.md gives."""
+    from mnistbench.core import network
+
+    cells = scale_cells(devices=("cpu",))
+    assert len(cells) == 12
+    flops = {c.precision: 0.0 for c in cells}
+    for c in cells:
+        flops[c.precision] += ((c.max_steps + c.warmup_steps) * c.batch_size
+                               * network.train_flops(c.width)
+                               + c.test_limit * network.eval_flops(c.width))
+    seconds = flops["fp32"] / 60e9 + flops["bf16"] / 20e9  # the slow end of the estimate
+    assert 4 * 60 < seconds < 9 * 60, seconds

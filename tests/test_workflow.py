@@ -59,6 +59,7 @@ def tiny_config(data_dir: Path, workdir: Path, **overrides) -> dict:
             "sweep": {"batch_sizes": [32], "precisions": ["fp32"], "loaders": ["resident"],
                       "repeats": 1, "max_steps": 2, **TINY_EXPERIMENT},
             "tips": {"enabled": False},  # on in tests that time tips (test_tips_*)
+            "scale": {"enabled": False},  # tests/test_workflow_scale.py plans it
         },
     }
     config.update(overrides)
@@ -328,7 +329,8 @@ def snakemake_only(tmp_path_factory) -> Path:
                            capture_output=True)
             proc = subprocess.run(
                 [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                 "--disable-pip-version-check", "--retries", "1", "--timeout", "30",
+                 "--disable-pip-version-check", "--no-compile", "--retries", "1", "--timeout",
+                 "30",
                  SNAKEMAKE_PIN], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 timeout=900, env=clean_environment(), check=False)
             if proc.returncode != 0:
@@ -561,7 +563,7 @@ def test_a_crashed_cell_fails_the_run_and_only_it_and_later_cells_rerun(tmp_path
     config = tiny_config(tiny_mnist, tmp_path)
     config["experiments"]["convergence"]["enabled"] = False
     config["experiments"]["sweep"]["batch_sizes"] = [16, 32, 64]
-    config["experiments"]["sweep"]["epochs"] = 20  # long enough to be killed while running (~2 s)
+    config["experiments"]["sweep"]["epochs"] = 4  # long enough to be killed while running (~1 s)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
                "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",

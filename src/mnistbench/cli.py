@@ -182,8 +182,10 @@ def _add_peak(sub) -> None:
         "peak", help="measure the device's FLOP/s limit and write it as JSON",
         description="Time a dense matmul and the study's second convolution on DEVICE at "
         "each PRECISION, with the cell's threads, and write the measured GFLOP/s (with the "
-        "shapes, calls and seconds) to --out atomically (mnistbench.measure.peak). A device "
-        "that does not exist here exits 10, as `train` does (mnistbench.steps).")
+        "shapes, calls and seconds) to --out atomically (mnistbench.measure.peak). As with "
+        "`train`, a device that does not exist here writes a record of status unavailable "
+        "and exits 10, a measurement that fails one of status failed and exits 12 "
+        "(mnistbench.steps; the fields: docs/columns.md).")
     p.add_argument("--device", choices=DEVICES, default="cpu", help="the device to measure")
     p.add_argument("--precision", action="append", choices=PRECISIONS, default=None,
                    dest="precisions", metavar="PRECISION",
@@ -192,13 +194,24 @@ def _add_peak(sub) -> None:
     p.add_argument("--threads", type=non_negative_int, default=0,
                    help="torch intra-op CPU threads (0: torch's default)")
     p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    p.add_argument("--record-failure", metavar="REASON", default=None,
+                   help="measure nothing: write a record of status failed with REASON (the "
+                   "workflow's peak rule does when the measuring process itself failed, so "
+                   "the study goes on); needs no torch")
     p.set_defaults(func=_cmd_peak, parser=p)
 
 
 def _cmd_peak(args) -> int:
     from mnistbench import steps
-    from mnistbench.core import devices, schema
+    from mnistbench.core import devices
 
+    if args.record_failure is not None:
+        try:
+            print(steps.write_peak_status(args.out, args.device, "failed",
+                                          args.record_failure))
+        except steps.StepError as exc:
+            raise CliError(str(exc)) from None
+        return 0
     precisions = tuple(dict.fromkeys(args.precisions or ["fp32"]))
     for precision in precisions:
         if not devices.is_supported(args.device, precision):
@@ -212,10 +225,26 @@ def _cmd_peak(args) -> int:
         print(steps.write_peak(args.out, args.device, precisions, args.threads))
     except backends.DeviceUnavailable as exc:
         print(f"mnistbench peak: {args.device} unavailable: {exc}", file=sys.stderr)
-        return schema.EXIT_CODES["unavailable"]
+        return _peak_status(steps, args, "unavailable", str(exc))
     except steps.StepError as exc:
         raise CliError(str(exc)) from None
+    except Exception as exc:  # a failed measurement is a result, as a failed cell is
+        import traceback
+
+        traceback.print_exc()
+        return _peak_status(steps, args, "failed", f"{type(exc).__name__}: {exc}")
     return 0
+
+
+def _peak_status(steps, args, status: str, reason: str) -> int:
+    """Record that ``args.device``'s limit was not measured; the status's exit code."""
+    from mnistbench.core import schema
+
+    try:
+        print(steps.write_peak_status(args.out, args.device, status, reason))
+    except steps.StepError as exc:
+        raise CliError(str(exc)) from None
+    return schema.EXIT_CODES[status]
 
 
 def _add_cost_model(sub) -> None:
@@ -314,7 +343,10 @@ def _add_aggregate(sub) -> None:
         "aggregate",
         help="merge cells into summary.csv, epochs.csv and resources.csv",
         description="Read every cell under RUNS (layout RUNS/{env}/{experiment}/{cell}/) and "
-        "write tidy tables into --out-dir. Cells copied in from other machines merge.",
+        "write tidy tables into --out-dir. Cells copied in from other machines merge. Each ok "
+        "cell is set against its environment's measured limit of its device where there is "
+        "one (RUNS/{env}/peak/{device}.json, `mnistbench peak`): summary.csv's limit_* "
+        "columns.",
     )
     p.add_argument("runs", type=Path, nargs="?", default=Path("results/runs"),
                    help="runs folder (default: %(default)s)")

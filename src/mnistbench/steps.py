@@ -2,7 +2,8 @@
 as commands instead of importing their modules into Snakemake's own process:
 
 - :func:`write_peak` (``mnistbench peak``): the device's measured FLOP/s limit,
-  :func:`mnistbench.measure.peak.measure`;
+  :func:`mnistbench.measure.peak.measure`, and :func:`write_peak_status` the record of one
+  that could not be measured (unavailable, failed);
 - :func:`write_cost_model` (``mnistbench cost-model``): the cost model checked against its
   schema with every default filled, :func:`mnistbench.results.cost.resolve`: the workflow's
   ``cost_model`` job runs this command (workflow/rules/aggregate.smk).
@@ -42,10 +43,26 @@ def write_peak(out: Path | str, device: str, precisions: Sequence[str],
                threads: int = 0) -> Path:
     """Measure ``device``'s limit at each of ``precisions`` with ``threads`` (0: torch's
     default) and write the record to ``out``; the path. An absent device raises
-    :class:`mnistbench.measure.backends.DeviceUnavailable` and writes nothing."""
+    :class:`mnistbench.measure.backends.DeviceUnavailable`, any other failure its exception,
+    and neither writes anything (the caller records it: :func:`write_peak_status`)."""
     from mnistbench.measure import peak
 
     record = peak.measure(device, tuple(precisions), threads=threads or None)
+    return write_json(out, record, "the measured limit")
+
+
+def write_peak_status(out: Path | str, device: str, status: str, reason: str) -> Path:
+    """Write the record of a limit that was not measured to ``out``: ``status``
+    (``unavailable`` or ``failed``, :data:`mnistbench.core.schema.PEAK_STATUSES`) and
+    ``reason``, no rows, so the aggregate and the report know why; the path. Imports no
+    torch: the workflow's peak rule calls it (``mnistbench peak --record-failure``) when the
+    measuring process itself failed."""
+    from mnistbench.core import schema
+
+    if status not in schema.PEAK_STATUSES or status == "ok":
+        raise ValueError(f"status {status!r} is not a status of a limit not measured")
+    record = {"status": status, "reason": reason, "device": device, "threads": None,
+              "torch": None, "source": f"not measured: {status}", "rows": []}
     return write_json(out, record, "the measured limit")
 
 

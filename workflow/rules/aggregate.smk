@@ -1,5 +1,7 @@
 # Stage 3: merge every cell under results/runs (this environment's and any copied in from
-# other machines) into tidy tables, plus the cost model the report reads.
+# other machines) into tidy tables, each ok cell set against its environment's measured limit
+# of its device (results/runs/{env}/peak/{device}.json, peak.smk), plus the cost model the
+# report reads.
 #
 # The last good tables stay until new ones are complete. Snakemake removes a job's outputs
 # before it runs and after it fails, so the aggregate writes into the staging folder
@@ -15,6 +17,7 @@
 rule aggregate:
     input:
         summaries=merged_summaries(),
+        peaks=merged_peaks(),  # peak.smk: the measured limits the limit_* columns come from
     output:
         summary=temp("results/.aggregate/summary.csv"),
         epochs=temp("results/.aggregate/epochs.csv"),

@@ -1,7 +1,8 @@
 # The study's timed cells: the devices of the study, its environments, the matrix (built by
 # mnistbench.core.study, held by mnistbench.launch.plan.Matrix), the cell lookups the bench
-# rule uses, the resource that keeps cells apart and the runners that start them. Functions
-# only (the rule is in bench.smk).
+# rule uses, the resource that keeps cells apart, the runners that start them, and where the
+# peak job of each environment and device runs. Functions only (the rules are in bench.smk
+# and peak.smk).
 
 # Devices of the matrix: config `devices` as listed, or for `auto` what this machine has,
 # found without torch (its import costs ~3 s at DAG time), or under SLURM what the cluster's
@@ -58,3 +59,40 @@ def cell_launcher(wildcards):
     (mnistbench.launch.plan.RUNNERS: local, docker); it runs inside the bench rule's flock.
     """
     return plan.cell_launcher(config, cell(wildcards), RESULTS)
+
+
+# ---------------------------------------------------------------------------------------
+# The measured limit of each environment and device (the peak job, peak.smk), timed like a
+# cell and run where the device's first cell runs (its runner, its SLURM partition).
+def peak_cell(wildcards):
+    """The first cell of the peak job's environment and device: the job runs where it runs."""
+    return planned(MATRIX.peak_cell, wildcards.env, wildcards.device)
+
+
+def peak_launcher(wildcards):
+    """The command that starts `mnistbench` where the device's cells run (config runner)."""
+    return plan.cell_launcher(config, peak_cell(wildcards), RESULTS)
+
+
+def peak_precision_flags(wildcards):
+    """--precision P for every precision the device's cells of the environment train at."""
+    precisions = MATRIX.peak_precisions(wildcards.env, wildcards.device)
+    return plan.peak_precision_flags(precisions)
+
+
+def peak_image(wildcards):
+    """runner docker: the image record of the device (ancient, as for the cells)."""
+    if config["runner"] != "docker":
+        return []
+    return ancient(plan.image_record(RESULTS, wildcards.device))
+
+
+def peak_records():
+    """The measured limit of every environment and device of the study's matrix."""
+    return MATRIX.peak_files(RUNS)
+
+
+def merged_peaks():
+    """Every measured limit the aggregate reads: this study's, plus those of environments
+    copied in from other machines (their summaries are merged: merged_summaries)."""
+    return peak_records() + plan.other_peaks(RUNS, STUDY_ENVS)

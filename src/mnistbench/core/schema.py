@@ -17,9 +17,19 @@ A cell's folder holds three files:
 The aggregate step flattens every ``summary.json`` into one row of ``results/summary.csv``
 (:func:`summary_columns`), and concatenates the CSVs with the cell's identity columns
 (:data:`ID_COLUMNS`) in front.
+
+An environment's folder also holds the device's measured limit (the workflow's ``peak``
+step, ``mnistbench peak``): ``runs/{env}/peak/{device}.json`` (:data:`PEAK_DIR`,
+:func:`peak_file`), an object of :data:`PEAK_FIELDS` whose ``rows`` are
+:data:`PEAK_ROW_FIELDS`. The aggregate sets each ok cell of that environment and device
+against it: the columns :data:`LIMIT_FIELDS` of summary.csv, by the rule of
+:func:`best_peak_row`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 #: Version of summary.json. A later version only adds fields: every field added after
 #: version 1 is listed in :data:`ADDED_IN`, and a summary of an older version is read with those
@@ -59,6 +69,9 @@ ADDED_IN: dict[str, int] = {
     **dict.fromkeys(("code_digest", "workflow_digest", "width", "disturbed_epochs",
                      "train_flops_per_sample", "achieved_gflops", "others_load_pct",
                      "disturbed"), 4),
+    # summary.csv columns joined from the environment's measured limit (issue 25): not
+    # fields of summary.json, so no new version; a table written before them reads them empty.
+    **dict.fromkeys(("limit_gflops", "limit_kernel", "limit_share_pct", "limit_source"), 4),
 }
 
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
@@ -76,7 +89,7 @@ RESOURCES_FILE = "resources.csv"
 # name -> (unit, description). Unit "" means dimensionless / text.
 PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "env": ("", "name of the environment (host and runtime) that ran the cell"),
-    "experiment": ("", "experiment the cell belongs to: convergence or sweep"),
+    "experiment": ("", "experiment the cell belongs to: convergence, sweep, tips or scale"),
     "cell": ("", "cell id, unique within env and experiment"),
     "repeat": ("", "repeat index, 0-based"),
     "device": ("", "cpu, cuda (NVIDIA CUDA or AMD ROCm/HIP: env.gpu_backend), xpu (Intel) or "
@@ -300,12 +313,72 @@ DERIVED_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
+#: Columns the aggregate step joins to each ok cell from its environment's measured limit of
+#: its device (``runs/{env}/peak/{device}.json``; mnistbench.results.aggregate), after the
+#: derived ones in summary.csv; empty where there is no measured limit at the cell's precision.
+LIMIT_FIELDS: dict[str, tuple[str, str]] = {
+    "limit_gflops": ("GFLOP/s", "the measured limit at the cell's precision: the highest "
+                     "GFLOP/s of the kernels the peak step timed on this device in this "
+                     "environment (best_peak_row), never a datasheet figure"),
+    "limit_kernel": ("", "the kernel and shape that gave limit_gflops, e.g. matmul 1024x1024 "
+                     "@ 1024x1024"),
+    "limit_share_pct": ("%", "achieved_gflops / limit_gflops x 100: the share of the measured "
+                        "limit the cell's training sustained (may pass 100 where the "
+                        "training's own kernels beat the timed ones)"),
+    "limit_source": ("", "where limit_gflops came from, e.g. measured: runs/ENV/peak/cpu.json, "
+                     "2 threads"),
+}
+
+#: The folder of an environment that holds its measured limits: ``runs/{env}/peak/``.
+PEAK_DIR = "peak"
+#: Statuses of a measured limit: ``ok`` (measured), ``unavailable`` (the device does not
+#: exist here), ``failed`` (the measurement did not finish: ``reason`` says why).
+PEAK_STATUSES = ("ok", "unavailable", "failed")
+#: The top-level fields of a peak record (``mnistbench peak --out FILE``).
+PEAK_FIELDS: dict[str, tuple[str, str]] = {
+    "status": ("", "ok, unavailable or failed (PEAK_STATUSES)"),
+    "reason": ("", "why the status is not ok (empty when ok)"),
+    "device": ("", "the device measured: cpu, cuda, xpu or mps (the file's name)"),
+    "threads": ("", "torch intra-op CPU threads the kernels ran with (null when not ok)"),
+    "torch": ("", "PyTorch version (null when not ok)"),
+    "source": ("", "how the figures were obtained (measured here, never a datasheet)"),
+    "rows": ("", "one row per kernel and precision (PEAK_ROW_FIELDS); none when not ok"),
+}
+#: The fields of one row of a peak record: one kernel timed at one precision.
+PEAK_ROW_FIELDS: dict[str, tuple[str, str]] = {
+    "kernel": ("", "the kernel timed: matmul (dense n x n product) or conv2 (the network's "
+               "second convolution; mnistbench.measure.peak)"),
+    "precision": ("", "fp32, tf32, bf16 or fp16"),
+    "shape": ("", "the kernel's operands, e.g. 1024x1024 @ 1024x1024"),
+    "gflops": ("GFLOP/s", "FLOPs per call x calls / seconds / 1e9"),
+    "calls": ("", "timed calls after the warm-up"),
+    "seconds": ("s", "wall time of the timed calls, the device synchronised"),
+}
+
+
+def peak_file(device: str) -> str:
+    """The name of a device's measured limit in ``runs/{env}/PEAK_DIR/``: ``{device}.json``."""
+    return f"{device}.json"
+
+
+def best_peak_row(rows: Iterable[Mapping[str, Any]], precision: str) -> Mapping[str, Any] | None:
+    """The row of ``rows`` (a peak record's) with the highest GFLOP/s at ``precision``, the
+    first of equal ones; None when none was measured there. The one rule of a cell's measured
+    limit (mnistbench.measure.peak.limit, the aggregate's limit_gflops)."""
+    best = None
+    for row in rows:
+        if row["precision"] == precision and (best is None or row["gflops"] > best["gflops"]):
+            best = row
+    return best
+
+
 def summary_columns() -> list[str]:
     """Columns of the aggregated ``summary.csv``, in order: identity, status, params, results,
-    timing, environment, derived."""
+    timing, environment, derived, the measured limit."""
     cols = [*ID_COLUMNS, "status", "reason"]
     cols += [k for k in PARAM_FIELDS if k not in ID_COLUMNS]
     cols += list(RESULT_FIELDS) + list(TIMING_FIELDS) + list(ENV_FIELDS) + list(DERIVED_FIELDS)
+    cols += list(LIMIT_FIELDS)
     return cols
 
 
@@ -313,7 +386,7 @@ def units() -> dict[str, str]:
     """Unit of every known column name (the first definition wins)."""
     out: dict[str, str] = {}
     for table in (PARAM_FIELDS, RESULT_FIELDS, TIMING_FIELDS, ENV_FIELDS, DERIVED_FIELDS,
-                  EPOCH_COLUMNS, RESOURCE_COLUMNS):
+                  LIMIT_FIELDS, EPOCH_COLUMNS, RESOURCE_COLUMNS):
         for name, (unit, _) in table.items():
             out.setdefault(name, unit)
     return out
@@ -328,8 +401,12 @@ def markdown_tables() -> str:
         ("summary.json timing / summary.csv", TIMING_FIELDS),
         ("summary.json env / summary.csv", ENV_FIELDS),
         ("summary.csv, derived by the aggregate step", DERIVED_FIELDS),
+        ("summary.csv, joined from runs/ENV/peak/DEVICE.json by the aggregate step",
+         LIMIT_FIELDS),
         ("epochs.csv", EPOCH_COLUMNS),
         ("resources.csv", RESOURCE_COLUMNS),
+        ("runs/ENV/peak/DEVICE.json (the measured limit)", PEAK_FIELDS),
+        ("runs/ENV/peak/DEVICE.json rows", PEAK_ROW_FIELDS),
     ):
         parts.append(f"#### {title}\n\n| column | unit | meaning |\n|---|---|---|")
         parts += [f"| `{k}` | {u or '-'} | {d} |" for k, (u, d) in table.items()]

@@ -25,7 +25,7 @@ from mnistbench.core.devices import is_supported
 from mnistbench.core.envvars import CONTAINER_VAR, ENV_NAME_VAR
 
 #: The experiments of a study, in the order their cells are listed within a repeat.
-EXPERIMENTS = ("convergence", "sweep", "tips")
+EXPERIMENTS = ("convergence", "sweep", "tips", "scale")
 
 #: Longest name :func:`safe_name` returns, in characters.
 MAX_NAME_LEN = 100
@@ -121,8 +121,9 @@ def partition_env_name(partition: str, name: str = "", prefix: str = "") -> str:
 def cell_id(device: str, precision: str, loader: str, batch_size: int | str, repeat: int,
             variant: str = "") -> str:
     """The folder name of a cell, e.g. ``cuda-fp32-resident-b128-r0``; a ``variant`` (a tip
-    of the tips experiment) goes before the repeat: ``cpu-fp32-dataloader-b128-workers-4-r0``;
-    a batch size found by the cell itself is ``bmax``."""
+    of the tips experiment, the network's width in the scale experiment) goes before the
+    repeat: ``cpu-fp32-dataloader-b128-workers-4-r0``, ``cpu-fp32-resident-b128-x4-r0``; a
+    batch size found by the cell itself is ``bmax``."""
     tag = f"-{safe_name(variant)}" if variant else ""
     return f"{device}-{precision}-{loader}-b{batch_size}{tag}-r{repeat}"
 
@@ -295,12 +296,30 @@ class Cell:
     allocator: str | None = None
     compile: str | None = None
     max_batch: bool = False  # the cell finds the largest batch size that fits
+    # The scale experiment's cells set this: the network's channel width multiplier.
+    width: int = 1
+
+    @property
+    def shows_width(self) -> bool:
+        """Whether the cell's id and flags name its width: every scale cell (``x1`` too), and
+        any cell of another width than the blog's network."""
+        return self.experiment == "scale" or self.width != 1
+
+    @property
+    def variant(self) -> str:
+        """What the id names beyond device, precision, loader and batch size: the tip of a
+        tips cell, the width of a scale cell (``x4``), or nothing."""
+        parts = [self.tip] if self.tip else []
+        if self.shows_width:
+            parts.append(f"x{self.width}")
+        return "-".join(parts)
 
     @property
     def id(self) -> str:
         """The cell's folder name (:func:`cell_id`)."""
         batch = "max" if self.max_batch else self.batch_size
-        return cell_id(self.device, self.precision, self.loader, batch, self.repeat, self.tip)
+        return cell_id(self.device, self.precision, self.loader, batch, self.repeat,
+                       self.variant)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -326,8 +345,8 @@ class Cell:
         ]
 
     def _tip_args(self) -> list[str]:
-        """Flags of the settings a tips cell sets itself (after the study-wide ones: the last
-        value of an option wins)."""
+        """Flags of the settings a tips or scale cell sets itself (after the study-wide ones:
+        the last value of an option wins)."""
         args = ["--tip", self.tip] if self.tip else []
         if self.workers is not None:
             args += ["--workers", str(self.workers)]
@@ -343,6 +362,8 @@ class Cell:
             args += ["--compile", self.compile]
         if self.max_batch:
             args.append("--max-batch")
+        if self.shows_width:  # only there: the other cells' flags stay as they were
+            args += ["--width", str(self.width)]
         return args
 
 
@@ -356,7 +377,9 @@ def build_matrix(experiments: Mapping[str, Mapping], devices: Sequence[str], see
     stopped early is still balanced and slow drift of the machine spreads over all cells. A
     precision a device does not support (tf32 or fp16 on cpu) is not a cell of the study, nor
     is a tip that does not apply to a device (the report shows it as n/a with
-    :attr:`Tip.not_applicable`). ``cores``: the machine's logical cores (tip workers=cores)."""
+    :attr:`Tip.not_applicable`). A scale cell runs each of ``widths`` on every device, and
+    ``accelerator_widths`` besides on any other than the CPU. ``cores``: the machine's
+    logical cores (tip workers=cores)."""
     enabled = [name for name in EXPERIMENTS if name in experiments
                and experiments[name]["enabled"]]
     repeats = max((experiments[name]["repeats"] for name in enabled), default=0)
@@ -392,8 +415,21 @@ def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> l
         return [{"precision": spec["precision"], "loader": loader,
                  "batch_size": spec["batch_size"], **CONVERGENCE_CODE[loader][1]}
                 for loader in spec["loaders"] if is_supported(device, spec["precision"])]
-    else:
-        precisions, batch_sizes = spec["precisions"], spec["batch_sizes"]
+    if experiment == "scale":
+        return [{"precision": precision, "loader": spec["loader"],
+                 "batch_size": spec["batch_size"], "implementation": spec["implementation"],
+                 "width": width}
+                for precision in spec["precisions"] if is_supported(device, precision)
+                for width in scale_widths(spec, device)]
     return [{"precision": precision, "loader": loader, "batch_size": batch_size}
-            for precision in precisions if is_supported(device, precision)
-            for loader in spec["loaders"] for batch_size in batch_sizes]
+            for precision in spec["precisions"] if is_supported(device, precision)
+            for loader in spec["loaders"] for batch_size in spec["batch_sizes"]]
+
+
+def scale_widths(spec: Mapping, device: str) -> list[int]:
+    """The widths the scale experiment (config ``spec``) runs on ``device``, ascending:
+    ``widths``, and on an accelerator (any device but the CPU) ``accelerator_widths`` too."""
+    widths = set(spec["widths"])
+    if device != "cpu":
+        widths |= set(spec["accelerator_widths"])
+    return sorted(widths)

@@ -19,6 +19,7 @@ second); it drives the ``docker`` command line and never reads the study's confi
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import datetime
@@ -251,6 +252,23 @@ def _train_options(args: Sequence[str]):
             "above); `mnistbench train --help` lists every option.") from None
 
 
+def _peak_options(args: Sequence[str]) -> argparse.Namespace:
+    """The options of ``peak`` that the container needs (its device and ``--out`` file; it
+    reads no data), or a :class:`ContainerError`; the rest pass through to ``mnistbench peak``
+    inside the image, which checks them."""
+    parser = argparse.ArgumentParser(prog="mnistbench peak", add_help=False)
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--out", required=True)
+    try:
+        parsed, _ = parser.parse_known_args(args)
+    except SystemExit:
+        raise ContainerError(
+            f"the peak command {shlex.join(['peak', *args])} is not valid (argparse's message "
+            "above): it needs --device and --out; `mnistbench peak --help` lists every "
+            "option.") from None
+    return argparse.Namespace(device=parsed.device, out=parsed.out, data=None)
+
+
 def _mount(source: Path, target: str, readonly: bool) -> list[str]:
     """A ``--mount`` bind option (unlike ``-v``, it never creates a missing host folder, which
     Docker would create owned by root)."""
@@ -282,21 +300,23 @@ def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = 
                 shm_size: str = "2g", run_options: Sequence[str] = (), gpus: bool = True,
                 gpu_note: str = "", docker: str = "docker") -> list[str]:
     """The ``docker run`` command line of one ``mnistbench train`` cell (``args`` start with
-    ``train``) in the image of ``record``.
+    ``train``), or of one ``mnistbench peak`` measurement (``peak``: no data mounted, its
+    ``--out`` file under ``results_dir``), in the image of ``record``.
 
     ``--data`` of ``args`` is mounted read-only at :data:`DATA_MOUNT`; ``--out`` must lie in
     ``results_dir``, which is mounted at :data:`RESULTS_MOUNT`; both are rewritten to their
     container paths. ``--gpus`` is given to cuda cells unless ``gpus`` is false; ``gpu_note``
     (why there is no GPU) is passed to the trainer, which adds it to an unavailable reason."""
     args = list(args)
-    if not args or args[0] != "train":
-        raise ContainerError("mnistbench docker run runs one cell: the command after `--` must "
-                             f"be `train ...`, got {shlex.join(args) or 'nothing'}.")
-    parsed = _train_options(args[1:])
+    if not args or args[0] not in ("train", "peak"):
+        raise ContainerError("mnistbench docker run runs one cell or one peak measurement: the "
+                             "command after `--` must be `train ...` or `peak ...`, got "
+                             f"{shlex.join(args) or 'nothing'}.")
+    parsed = _train_options(args[1:]) if args[0] == "train" else _peak_options(args[1:])
     data, out = parsed.data, parsed.out
-    data_dir, out_dir = Path(data).resolve(), Path(out).resolve()
-    results = Path(results_dir).resolve()
-    if not data_dir.is_dir():
+    data_dir = Path(data).resolve() if data else None
+    out_dir, results = Path(out).resolve(), Path(results_dir).resolve()
+    if data_dir is not None and not data_dir.is_dir():
         raise ContainerError(f"data folder {data} does not exist; fetch MNIST into it first "
                              "(mnistbench fetch --dest DIR).")
     if not results.is_dir():
@@ -309,7 +329,8 @@ def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = 
                              "only host folder the container writes to; give an --out under "
                              "it or another --results.") from None
     # The container's paths, given last: argparse takes the last value of an option.
-    args += ["--data", DATA_MOUNT, "--out", f"{RESULTS_MOUNT}/{inside.as_posix()}".rstrip("/.")]
+    args += [*(["--data", DATA_MOUNT] if data_dir else []),
+             "--out", f"{RESULTS_MOUNT}/{inside.as_posix()}".rstrip("/.")]
     device = parsed.device
     request = gpu_request(device) if gpus else None
     command = [docker, "run", "--rm", "--name", container_name(out_dir),
@@ -319,7 +340,8 @@ def run_command(record: Mapping, args: Sequence[str], results_dir: Path | str = 
     if request:
         command += ["--gpus", request]
     command += _mount(results, RESULTS_MOUNT, readonly=False)
-    command += _mount(data_dir, DATA_MOUNT, readonly=True)
+    if data_dir is not None:  # peak reads no data
+        command += _mount(data_dir, DATA_MOUNT, readonly=True)
     command += ["-e", f"{IMAGE_ID_VAR}={record['image_id']}"]
     if os.environ.get(WORKFLOW_DIGEST_VAR):  # the bench rule's digest, recorded by the cell
         command += ["-e", f"{WORKFLOW_DIGEST_VAR}={os.environ[WORKFLOW_DIGEST_VAR]}"]

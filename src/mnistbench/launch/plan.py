@@ -17,7 +17,8 @@ Sections: the config and this machine (config errors, the allocator, the environ
 lock file, the software prefix, the flags of every job, the reproduce command); SLURM
 (partitions, node types, environments and resources per cell); the docker runner (image
 records, Dockerfiles, build inputs, the engine, the launcher); the matrix (the study's
-devices, environments and cells, and the summaries the aggregate merges).
+devices, environments and cells, its measured limits (the peak step: one per environment and
+device), and the summaries and limits the aggregate merges).
 """
 
 from __future__ import annotations
@@ -120,6 +121,18 @@ def timing_lock_file(configured: str, which: Callable[[str], str | None] = shuti
     except machinelock.LockFileError as exc:
         raise PlanError(f"config key lock_file: {exc}") from None
     return str(path)
+
+
+def lock_wait(lock: str) -> str:
+    """The shell line of timed work that takes the machine-wide lock of timed cells, open on
+    file descriptor 9, waiting (and saying so on stderr) while another study holds it; a
+    failed wait exits 1. The peak rule runs it; the bench rule holds the same line spelled
+    out (its text is the workflow digest every cell records, and editing its shell command
+    would rerun finished cells), which tests/test_plan.py keeps identical."""
+    message = (f"waiting for the machine's lock of timed cells, {lock}: another study is "
+               "timing a cell")
+    return (f"if ! flock --nonblock 9; then echo {shlex.quote(message)} >&2; "
+            "flock 9 || exit 1; fi")
 
 
 def workflow_digest(project: str | os.PathLike[str]) -> str:
@@ -554,6 +567,58 @@ class Matrix:
     def summaries(self, runs: str) -> list[str]:
         """summary.json of every cell, under ``runs`` (results/runs)."""
         return [f"{c.folder(runs)}/{schema.SUMMARY_FILE}" for c in self.cells]
+
+    # The measured limits (the peak step): one per environment and device of the matrix.
+    def peaks(self) -> list[tuple[str, str]]:
+        """(env, device) of every environment and device that has cells, in matrix order:
+        the peak step measures each once."""
+        return list(dict.fromkeys((c.env, c.device) for c in self.cells))
+
+    def peak_cell(self, env: str, device: str) -> study.Cell:
+        """The first cell of ``device`` in ``env``: the peak job runs where it runs (its
+        runner's launcher, its SLURM partition and resources)."""
+        for cell in self.cells:
+            if (cell.env, cell.device) == (env, device):
+                return cell
+        raise PlanError(
+            f"the study has no {device} cell in environment {env} (its measured limit, "
+            f"{env}/{schema.PEAK_DIR}/{schema.peak_file(device)}, is measured only where "
+            "cells of the device run); ask for the limit of a device and environment the "
+            "config's devices and experiments.* give cells.")
+
+    def peak_precisions(self, env: str, device: str) -> list[str]:
+        """The precisions the cells of ``device`` in ``env`` train at, in the order of
+        :data:`mnistbench.core.devices.PRECISIONS`: those its peak job measures."""
+        used = {c.precision for c in self.cells if (c.env, c.device) == (env, device)}
+        return [p for p in devices.PRECISIONS if p in used]
+
+    def peak_files(self, runs: str) -> list[str]:
+        """The measured limit of every environment and device of the matrix, under ``runs``
+        (results/runs/{env}/peak/{device}.json)."""
+        return [peak_file(runs, env, device) for env, device in self.peaks()]
+
+
+def peak_file(runs: str, env: str, device: str) -> str:
+    """Where the measured limit of ``device`` in ``env`` lies under ``runs``."""
+    return f"{runs}/{env}/{schema.PEAK_DIR}/{schema.peak_file(device)}"
+
+
+def peak_precision_flags(precisions: Iterable[str]) -> str:
+    """The ``mnistbench peak`` flags of ``precisions``: ``--precision P`` each."""
+    return " ".join(f"--precision {shlex.quote(p)}" for p in precisions)
+
+
+def other_peaks(runs: str | os.PathLike[str], envs: Iterable[str]) -> list[str]:
+    """The measured limits (``{env}/peak/{device}.json``) of every environment folder under
+    ``runs`` that is not one of this study's ``envs`` (copied in with their cells; hidden
+    folders and names that are not safe skipped: other_summaries names those), sorted, so
+    that copying one in reruns the aggregate."""
+    envs = set(envs)
+    names = {schema.peak_file(d) for d in DEVICES}
+    return sorted(
+        str(path) for path in Path(runs).glob(f"*/{schema.PEAK_DIR}/*.json")
+        if path.parts[-3] not in envs and study.safe_name(path.parts[-3], "") == path.parts[-3]
+        and path.name in names)
 
 
 def other_summaries(runs: str | os.PathLike[str], envs: Iterable[str]) -> list[str]:

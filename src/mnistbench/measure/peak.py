@@ -13,7 +13,7 @@ Kernels (forward only, FLOPs = 2 x multiply-adds, as :mod:`mnistbench.core.netwo
 Each kernel is warmed up (:data:`WARMUP` calls, oneDNN's and cuDNN's choices made there),
 then called in a loop until :data:`MIN_SECONDS` have passed; the device is synchronised
 before each clock read. The result records the shape, the calls, the seconds, the threads and
-``source: measured``.
+``source: measured`` (its fields: :data:`mnistbench.core.schema.PEAK_FIELDS`).
 """
 
 from __future__ import annotations
@@ -24,13 +24,15 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from mnistbench.core import network
+from mnistbench.core import network, schema
 from mnistbench.measure import backends
 
 MATMUL_N = {"cpu": 1024, "accelerator": 8192}
 CONV_BATCH = 128
 WARMUP = 3
 MIN_SECONDS = 0.3  # s of timed calls per kernel and precision
+#: ``source`` of every record: where its figures come from.
+SOURCE = "measured: each kernel timed here after warm-up (mnistbench.measure.peak)"
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
           "fp16": torch.float16}
 
@@ -75,7 +77,8 @@ def _kernels(device: torch.device, dtype: torch.dtype) -> dict[str, tuple[Any, i
 def measure(device: str = "cpu", precisions: tuple[str, ...] = ("fp32",),
             threads: int | None = None) -> dict[str, Any]:
     """The measured limit of ``device`` for each of ``precisions`` (rows of kernel,
-    precision, GFLOP/s, calls, seconds, shape), with the threads and torch version."""
+    precision, GFLOP/s, calls, seconds, shape), with the threads and torch version: a record
+    of :data:`mnistbench.core.schema.PEAK_FIELDS` with status ok."""
     if threads:
         torch.set_num_threads(threads)
     torch_device = backends.pick_device(device)
@@ -93,12 +96,12 @@ def measure(device: str = "cpu", precisions: tuple[str, ...] = ("fp32",),
             rows.append({"kernel": kernel, "precision": precision, "shape": shape,
                          "gflops": flops * calls / seconds / 1e9, "calls": calls,
                          "seconds": seconds})
-    return {"device": device, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "source": "measured: each kernel timed here after warm-up (mnistbench.measure.peak)",
-            "rows": rows}
+    return {"status": "ok", "reason": "", "device": device, "threads": torch.get_num_threads(),
+            "torch": torch.__version__, "source": SOURCE, "rows": rows}
 
 
 def limit(record: dict[str, Any], precision: str) -> float | None:
-    """The highest GFLOP/s of ``record`` for ``precision`` (None when not measured)."""
-    values = [r["gflops"] for r in record.get("rows", []) if r["precision"] == precision]
-    return max(values) if values else None
+    """The highest GFLOP/s of ``record`` for ``precision`` (None when not measured): the rule
+    of :func:`mnistbench.core.schema.best_peak_row`, which the aggregate applies too."""
+    row = schema.best_peak_row(record.get("rows", []), precision)
+    return None if row is None else row["gflops"]

@@ -4,8 +4,10 @@
 ``OUT_DIR``:
 
 - ``summary.csv``: one row per cell, columns :func:`mnistbench.core.schema.summary_columns`
-  (identity, status, reason, every param, result, timing and environment field, and the
-  derived ``hardware`` label, :func:`hardware_label`);
+  (identity, status, reason, every param, result, timing and environment field, the
+  derived ``hardware`` label, :func:`hardware_label`, and the cell's share of its device's
+  measured limit, :func:`limit_columns`, from ``RUNS/{env}/peak/{device}.json`` where the
+  workflow's peak step wrote one);
 - ``epochs.csv``: long format, :data:`~mnistbench.core.schema.ID_COLUMNS` + :data:`KEY_PARAMS` +
   :data:`~mnistbench.core.schema.EPOCH_COLUMNS`;
 - ``resources.csv``: the same prefix + :data:`~mnistbench.core.schema.RESOURCE_COLUMNS`;
@@ -19,8 +21,11 @@ bad (a NaN token, a string in a numeric field, a time below 0, an accuracy above
 rows that disagree with its params, a missing or damaged CSV of an ok cell) is *invalid*: a
 row with status ``failed`` and a reason naming the file, the field and the value, its results
 empty and none of its epoch or resource rows, so it is visible but never a finding (a
-warning on stderr names it too). :func:`load_tables` refuses a table whose numeric column
-holds anything but a finite number.
+warning on stderr names it too). A measured limit that is not a record of the schema
+(:func:`mnistbench.results.validate.read_peak`) is an :class:`AggregateError` naming the file;
+a cell without one (no peak file, a device unavailable there, a precision not measured) has
+its limit columns empty. :func:`load_tables` refuses a table whose numeric column holds
+anything but a finite number.
 
 Every input is read and checked before anything is written, and the four files appear
 together or not at all (:func:`mnistbench.core.atomic.write_together`), so a bad input or an
@@ -57,7 +62,8 @@ TEXT_COLUMNS = frozenset(
      "allocator", "implementation", "cudnn_benchmark", "max_batch", "max_batch_stop", "tip",
      "busy", "disturbed",
      "gpu_throttle_end", *schema.ENV_FIELDS, *schema.DERIVED_FIELDS}
-    | {k for k, (unit, _) in schema.TIMING_FIELDS.items() if unit == "ISO 8601"})
+    | {k for k, (unit, _) in schema.TIMING_FIELDS.items() if unit == "ISO 8601"}
+    | {k for k, (unit, _) in schema.LIMIT_FIELDS.items() if not unit})
 
 
 class AggregateError(Exception):
@@ -95,6 +101,10 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
             f"runs folder {runs} does not exist. Run the study first (snakemake, or "
             f"`mnistbench train --out {runs}/ENV/EXPERIMENT/CELL`), or pass the folder that "
             "holds ENV/EXPERIMENT/CELL/summary.json.")
+    try:
+        peaks = validate.read_peaks(runs)
+    except validate.PeakError as exc:
+        raise AggregateError(str(exc)) from None
     # Hidden folders (.snakemake, editor and sync droppings) are not cells.
     cell_dirs = sorted(p for p in runs.glob("*/*/*") if p.is_dir()
                        and not any(part.startswith(".") for part in p.relative_to(runs).parts))
@@ -116,6 +126,7 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
         except validate.CellError as exc:
             raise AggregateError(str(exc)) from None
         summary_rows.append(_flatten(cell))
+        summary_rows[-1].update(limit_columns(summary_rows[-1], peaks, runs.name))
         if not cell.valid:
             invalid.append(cell)
             print(f"mnistbench aggregate: warning: {cell_dir} is invalid and kept out of "
@@ -175,6 +186,36 @@ def _flatten(cell: validate.Cell) -> dict:
     return row
 
 
+def limit_columns(row: Mapping[str, object], peaks: Mapping[tuple[str, str], validate.Peak],
+                  runs_name: str = "runs") -> dict[str, object]:
+    """The :data:`mnistbench.core.schema.LIMIT_FIELDS` of one summary row: for an ok cell
+    whose environment measured its device's limit at the cell's precision (``peaks``, by
+    (env, device): :func:`mnistbench.results.validate.read_peaks`), the highest GFLOP/s of
+    the kernels timed there (:func:`mnistbench.core.schema.best_peak_row`), the kernel that
+    gave it, the cell's achieved GFLOP/s as a share of it in % (empty without an achieved
+    figure) and where it came from (``runs_name``: the runs folder's name); empty for every
+    other cell."""
+    out: dict[str, object] = dict.fromkeys(schema.LIMIT_FIELDS)
+    peak = peaks.get((str(row.get("env")), str(row.get("device"))))
+    if row.get("status") != "ok" or peak is None:
+        return out
+    best = peak.limit(str(row.get("precision")))
+    if best is None:
+        return out
+    achieved = row.get("achieved_gflops")
+    threads = f"{peak.threads} thread{'' if peak.threads == 1 else 's'}"
+    out.update(
+        limit_gflops=best["gflops"],
+        limit_kernel=f"{best['kernel']} {best['shape']}",
+        limit_share_pct=(achieved / best["gflops"] * 100
+                         if isinstance(achieved, int | float) and not isinstance(achieved, bool)
+                         else None),
+        limit_source=(f"measured: {runs_name}/{row['env']}/{schema.PEAK_DIR}/"
+                      f"{schema.peak_file(peak.device)}, {threads}"),
+    )
+    return out
+
+
 #: CPU flags that give bf16 hardware support, shown in a CPU's label when present.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")
 
@@ -221,7 +262,7 @@ def column_rows() -> list[dict[str, str]]:
     """``file, name, unit, description`` of every column of the aggregated tables."""
     described: dict[str, tuple[str, str]] = {}
     for table in (schema.PARAM_FIELDS, schema.RESULT_FIELDS, schema.TIMING_FIELDS,
-                  schema.ENV_FIELDS, schema.DERIVED_FIELDS):
+                  schema.ENV_FIELDS, schema.DERIVED_FIELDS, schema.LIMIT_FIELDS):
         described.update(table)
     described.setdefault("status", ("", "cell status: " + ", ".join(schema.STATUSES)))
     described.setdefault("reason", ("", "why the cell is not ok (empty when ok)"))

@@ -8,9 +8,11 @@ into another machine's ``results/runs``.
   every other member with its size and SHA-256;
 - ``runs/{env}/...``: the environment's files as the study wrote them: each complete cell's
   ``{experiment}/{cell}/`` files (:data:`CELL_FILES`: ``summary.json``, ``epochs.csv``,
-  ``resources.csv``) and the environment's own (:data:`ENV_FILES`: ``collect_env.txt``).
+  ``resources.csv``), the environment's own (:data:`ENV_FILES`: ``collect_env.txt``) and its
+  measured limits (``peak/{device}.json``, :data:`PEAK_FILES`; since archive version 2).
   Incomplete cells (no ``summary.json``), hidden files and any other file (named in a log
-  line) are left out; every cell must be valid (:func:`mnistbench.results.validate.read_cell`).
+  line) are left out; every cell must be valid (:func:`mnistbench.results.validate.read_cell`)
+  and every measured limit too (:func:`mnistbench.results.validate.read_peak`).
 
 :func:`unpack` trusts nothing in the archive. Before anything lands in ``results/runs`` it
 checks that
@@ -19,7 +21,8 @@ checks that
   or sparse file), named by a relative path under ``runs/{env}/`` whose every part is a plain
   name (``[A-Za-z0-9._-]``, no ``..``, no hidden or absolute name), at most
   :data:`MAX_DEPTH` parts deep, each name once, and every file one of the results'
-  (:data:`CELL_FILES` in a cell's folder, :data:`ENV_FILES` in the environment's);
+  (:data:`CELL_FILES` in a cell's folder, :data:`ENV_FILES` in the environment's,
+  :data:`PEAK_FILES` in its ``peak/`` folder);
 - the sizes stay within :class:`Limits` (members, bytes per member, bytes in all: an archive
   cannot fill the disk);
 - the manifest comes first, is of a format and archive version this mnistbench reads, names
@@ -28,7 +31,8 @@ checks that
 - the schema version is one the aggregate reads (1 to
   :data:`mnistbench.core.schema.SCHEMA_VERSION`; older versions merge with the fields added since
   empty), every cell is valid (:func:`mnistbench.results.validate.read_cell`: strict JSON,
-  every field of its type and range, its counts and files as its params say) and the cells
+  every field of its type and range, its counts and files as its params say), every
+  measured limit is one (:func:`mnistbench.results.validate.read_peak`) and the cells
   aggregate (:func:`mnistbench.results.aggregate.aggregate`);
 - the environment is not in ``results/runs`` yet, unless ``replace`` is given.
 
@@ -65,14 +69,16 @@ from pathlib import Path
 
 from mnistbench import __version__
 from mnistbench.core import atomic, schema, study
+from mnistbench.core.devices import DEVICES
 from mnistbench.results import aggregate, validate
 
 #: The archive's first member: what it holds, with sizes and checksums.
 MANIFEST = "mnistbench-archive.json"
 #: ``format`` of the manifest.
 FORMAT = "mnistbench-results"
-#: Version of the archive layout; :func:`unpack` reads versions 1 to this one.
-ARCHIVE_VERSION = 1
+#: Version of the archive layout; :func:`unpack` reads versions 1 to this one. 2: an
+#: environment's measured limits (``peak/{device}.json``) travel with its cells.
+ARCHIVE_VERSION = 2
 #: The folder of the archive that holds the environment: ``runs/{env}/...``.
 RUNS_DIR = "runs"
 #: Deepest member: ``runs/{env}/{experiment}/{cell}/{file}``.
@@ -85,8 +91,10 @@ CELL_FILES = (schema.SUMMARY_FILE, schema.EPOCHS_FILE, schema.RESOURCES_FILE)
 #: The files of an environment folder (``runs/{env}/``): torch's collect_env report
 #: (mnistbench.measure.hardware.COLLECT_ENV_FILE; results/ may not import measure/).
 ENV_FILES = ("collect_env.txt",)
+#: The files of an environment's measured-limit folder (``runs/{env}/peak/``): one per device.
+PEAK_FILES = tuple(schema.peak_file(device) for device in DEVICES)
 #: Files read whole into memory by the readers, capped at :attr:`Limits.small_bytes`.
-SMALL_FILES = (schema.SUMMARY_FILE, *ENV_FILES)
+SMALL_FILES = (schema.SUMMARY_FILE, *ENV_FILES, *PEAK_FILES)
 
 #: Name starts of the staging folders of unpack (in the runs folder) and of a check (in the
 #: temporary folder); a killed run's are removed at the next start (atomic.remove_dead).
@@ -179,6 +187,12 @@ def pack(runs: Path, env: str, out: Path | None = None, *,
                                f"only checked results: {validate.FIX}, then pack again.")
         statuses[cell.status] += 1
         versions[cell.version] += 1
+    peaks = [f for f in files if _depth(f, root) == 2 and f.parent.name == schema.PEAK_DIR]
+    for path in peaks:
+        try:
+            validate.read_peak(path, path.stem)
+        except validate.PeakError as exc:
+            raise ArchiveError(f"{exc} Then pack again.") from None
     entries = {}
     for path in files:
         name = "/".join((RUNS_DIR, env, *path.relative_to(root).parts))
@@ -194,6 +208,7 @@ def pack(runs: Path, env: str, out: Path | None = None, *,
         "cells": len(cells),
         "statuses": dict(sorted(statuses.items())),
         "schema_versions": {str(k): v for k, v in sorted(versions.items())},
+        "peaks": sorted(path.stem for path in peaks),
         "files": entries,
     }
     made = []
@@ -240,15 +255,20 @@ def _environment_files(root: Path, log) -> list[Path]:
                     "it by the file it points to, or move it out of the environment folder.")
         if depth >= 2:
             dirnames[:] = []  # a cell's files only
-        known = ENV_FILES if depth == 0 else CELL_FILES if depth == 2 else ()
+        peak_folder = depth == 1 and here.name == schema.PEAK_DIR
+        if peak_folder:
+            dirnames[:] = []  # its files only
+        known = (ENV_FILES if depth == 0 else CELL_FILES if depth == 2
+                 else PEAK_FILES if peak_folder else ())
         for name in sorted(filenames):
             path = here / name
             if name.startswith("."):
                 continue
             if name not in known:
-                if log is not None and depth != 1:
+                if log is not None and (depth != 1 or peak_folder):
                     log(f"leaving out {path}: not a results file (an archive holds "
-                        f"{', '.join(CELL_FILES)} of each cell and {', '.join(ENV_FILES)})")
+                        f"{', '.join(CELL_FILES)} of each cell, {', '.join(ENV_FILES)} and "
+                        f"{schema.PEAK_DIR}/DEVICE.json)")
                 continue
             if not path.is_file():
                 raise ArchiveError(
@@ -477,11 +497,14 @@ def _check_header(member: tarfile.TarInfo, name: str, limits: Limits) -> None:
         if len(parts) < 3:
             raise ArchiveError(f"{what}: a file directly in {RUNS_DIR}/; refused.")
         known = {3: ENV_FILES, 5: CELL_FILES}.get(len(parts), ())
+        if len(parts) == 4 and parts[2] == schema.PEAK_DIR:
+            known = PEAK_FILES
         if parts[-1] not in known:
             raise ArchiveError(
                 f"{what} is not a file of the results: an archive holds only "
-                f"{', '.join(CELL_FILES)} in a cell's folder ({RUNS_DIR}/ENV/EXPERIMENT/CELL/) "
-                f"and {', '.join(ENV_FILES)} in the environment's ({RUNS_DIR}/ENV/); refused.")
+                f"{', '.join(CELL_FILES)} in a cell's folder ({RUNS_DIR}/ENV/EXPERIMENT/CELL/), "
+                f"{', '.join(ENV_FILES)} in the environment's ({RUNS_DIR}/ENV/) and DEVICE.json "
+                f"in its measured limits' ({RUNS_DIR}/ENV/{schema.PEAK_DIR}/); refused.")
         cap = limits.small_bytes if parts[-1] in SMALL_FILES else limits.member_bytes
         if member.size > cap:
             raise ArchiveError(f"{what} holds {member.size} bytes, more than the "
@@ -588,6 +611,12 @@ def _check_cells(staging: Path, env: str, name: str) -> Unpacked:
     root = runs / env
     if not root.is_dir():
         raise ArchiveError(f"{name} holds no cell of {env!r} (no {RUNS_DIR}/{env}/).")
+    try:
+        for device, path in validate.peak_files(root):
+            validate.read_peak(path, device)
+    except validate.PeakError as exc:
+        message = str(exc).replace(f"{staging}{os.sep}", "")
+        raise ArchiveError(f"{name}: a measured limit is refused: {message}") from None
     cells = sorted(p for p in root.glob("*/*") if p.is_dir())
     for cell in cells:
         if not (cell / schema.SUMMARY_FILE).is_file():

@@ -25,6 +25,13 @@ What is checked, in two tiers:
   start); a CSV with a damaged header, a cut line or a non-numeric value. Each problem names
   the file, the field (or line and column) and the value.
 
+The environment's measured limits (``runs/{env}/peak/{device}.json``, the workflow's peak
+step) are read by :func:`read_peak` (:func:`read_peaks`: all of them), as strictly: a record
+that is not one of :data:`mnistbench.core.schema.PEAK_FIELDS` (not strict JSON, a key missing
+or unknown, a value of the wrong type, an ok record without rows or with a precision its
+device does not run, a kernel twice) is a :class:`PeakError` naming the file, the field and
+the fix.
+
 An invalid cell is a visible result, never a finding: the aggregate files it with status
 ``failed`` and the reason ``invalid result (recorded status ok): summary.json
 results.final_test_acc is 140.0, expected a number 0 to 100; ...``, its result fields empty
@@ -600,3 +607,172 @@ def _both_numbers(a: object, b: object) -> bool:
 def _list(numbers: list[int]) -> str:
     shown = ", ".join(map(str, numbers[:8]))
     return shown + (", ..." if len(numbers) > 8 else "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Measured limits: runs/{env}/peak/{device}.json
+class PeakError(ValueError):
+    """A measured limit (``runs/{env}/peak/{device}.json``) that is not a record of
+    :data:`mnistbench.core.schema.PEAK_FIELDS`; one paragraph naming the file and the fix."""
+
+
+#: How to replace a bad measured limit.
+PEAK_FIX = ("delete it and run the workflow again (its peak step measures the device again), "
+            "or write it again with `mnistbench peak --device DEVICE --out FILE`")
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A device's measured limit as read: its ``status`` (``ok``, ``unavailable``,
+    ``failed``), why, where it was measured from (threads, torch, source) and its ``rows``
+    (one per kernel and precision, :data:`mnistbench.core.schema.PEAK_ROW_FIELDS`)."""
+
+    path: Path
+    status: str
+    reason: str
+    device: str
+    threads: int | None
+    torch: str | None
+    source: str
+    rows: list[dict]
+
+    def limit(self, precision: str) -> Mapping | None:
+        """The row of the highest GFLOP/s at ``precision``
+        (:func:`mnistbench.core.schema.best_peak_row`); None when none was measured."""
+        return schema.best_peak_row(self.rows, precision) if self.status == "ok" else None
+
+
+def _is_count(value: object, low: int) -> bool:
+    return type(value) is int and value >= low
+
+
+def _is_positive(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
+def read_peak(path: Path, device: str | None = None) -> Peak:
+    """Read and check the measured limit at ``path`` strictly (strict JSON, exactly the
+    schema's keys, each of its type, the rows of an ok record measured at precisions its
+    device runs, none twice; ``device``: what the file's name says it holds). Raises
+    :class:`PeakError` naming the file, the field and the fix."""
+    from mnistbench.core.devices import DEVICES, is_supported
+
+    path = Path(path)
+    try:
+        _require_regular(path)
+        data = loads_strict(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PeakError(f"cannot read the measured limit {path}: {why}. The file is corrupt "
+                        f"or truncated: {PEAK_FIX}.") from None
+
+    def bad(what: str) -> PeakError:
+        return PeakError(f"the measured limit {path}: {what}: {PEAK_FIX}.")
+
+    if not isinstance(data, dict):
+        raise bad(f"not a JSON object but {type(data).__name__}")
+    fields = schema.PEAK_FIELDS
+    missing = [k for k in fields if k not in data]
+    unknown = sorted(set(data) - set(fields))
+    if missing or unknown:
+        raise bad(f"missing key(s) {', '.join(missing) or '-'}, unknown key(s) "
+                  f"{', '.join(unknown) or '-'}; expected {', '.join(fields)}")
+    status = data["status"]
+    if status not in schema.PEAK_STATUSES:
+        raise bad(f"status is {_show(status)}, expected one of "
+                  f"{', '.join(schema.PEAK_STATUSES)}")
+    ok = status == "ok"
+    recorded = data["device"]
+    if recorded not in DEVICES:
+        raise bad(f"device is {_show(recorded)}, expected one of {', '.join(DEVICES)}")
+    if device is not None and recorded != device:
+        raise bad(f"device is {recorded!r}, but the file's name says {device!r} (a device's "
+                  f"limit lives in {schema.PEAK_DIR}/{schema.peak_file(recorded)})")
+    for key in ("reason", "source"):
+        if not isinstance(data[key], str):
+            raise bad(f"{key} is {_show(data[key])}, expected a string")
+    if ok and data["reason"]:
+        raise bad(f"status is ok but reason is {_show(data['reason'])}, expected empty")
+    if not ok and not data["reason"].strip():
+        raise bad(f"status is {status} but reason is empty; a limit not measured says why")
+    if ok and not data["source"].startswith("measured"):
+        raise bad(f"status is ok but source is {_show(data['source'])}: a limit is measured "
+                  "here (source 'measured: ...'), never taken from a datasheet")
+    threads, version = data["threads"], data["torch"]
+    if not (_is_count(threads, 1) or (threads is None and not ok)):
+        raise bad(f"threads is {_show(threads)}, expected a whole number 1 or more"
+                  + ("" if ok else " or null"))
+    if not ((isinstance(version, str) and version.strip()) or (version is None and not ok)):
+        raise bad(f"torch is {_show(version)}, expected the PyTorch version"
+                  + ("" if ok else " or null"))
+    rows = data["rows"]
+    if not isinstance(rows, list):
+        raise bad(f"rows is {_show(rows)}, expected a list")
+    if ok and not rows:
+        raise bad("status is ok but rows is empty")
+    if not ok and rows:
+        raise bad(f"status is {status} but it holds {len(rows)} row(s), expected none")
+    seen: set[tuple[str, str]] = set()
+    for index, row in enumerate(rows):
+        where = f"rows[{index}]"
+        if not isinstance(row, dict) or set(row) != set(schema.PEAK_ROW_FIELDS):
+            got = ", ".join(sorted(row)) if isinstance(row, dict) else type(row).__name__
+            raise bad(f"{where} holds {got}, expected the keys "
+                      f"{', '.join(schema.PEAK_ROW_FIELDS)}")
+        for key in ("kernel", "shape"):
+            if not isinstance(row[key], str) or not row[key].strip():
+                raise bad(f"{where}.{key} is {_show(row[key])}, expected a non-empty string")
+        precision = row["precision"]
+        if not isinstance(precision, str) or not is_supported(recorded, precision):
+            raise bad(f"{where}.precision is {_show(precision)}, expected a precision "
+                      f"{recorded} runs")
+        for key in ("gflops", "seconds"):
+            if not _is_positive(row[key]):
+                raise bad(f"{where}.{key} is {_show(row[key])}, expected a finite number "
+                          "above 0")
+        if not _is_count(row["calls"], 1):
+            raise bad(f"{where}.calls is {_show(row['calls'])}, expected a whole number 1 or "
+                      "more")
+        if (row["kernel"], precision) in seen:
+            raise bad(f"{where} times {row['kernel']} at {precision} again (each kernel once "
+                      "per precision)")
+        seen.add((row["kernel"], precision))
+    return Peak(path=path, status=status, reason=data["reason"], device=recorded,
+                threads=threads, torch=version, source=data["source"], rows=rows)
+
+
+def peak_files(env_folder: Path) -> list[tuple[str, Path]]:
+    """(device, path) of every measured limit of an environment folder
+    (``runs/{env}/peak/*.json``; hidden names and other files left out), sorted. A JSON file
+    there named after no device is a :class:`PeakError`."""
+    from mnistbench.core.devices import DEVICES
+
+    folder = Path(env_folder) / schema.PEAK_DIR
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in sorted(folder.glob("*.json")):
+        if path.name.startswith("."):
+            continue
+        if path.stem not in DEVICES:
+            raise PeakError(
+                f"{path}: the folder {folder} holds the measured limit of each device, one "
+                f"file per device ({', '.join(schema.peak_file(d) for d in DEVICES)}); "
+                f"{path.name} names none. Move it out of {folder}.")
+        found.append((path.stem, path))
+    return found
+
+
+def read_peaks(runs: Path) -> dict[tuple[str, str], Peak]:
+    """Every measured limit under ``runs`` (``runs/{env}/peak/{device}.json``, hidden
+    environment folders left out), by (env, device), each read by :func:`read_peak`."""
+    runs = Path(runs)
+    if not runs.is_dir():
+        return {}
+    peaks = {}
+    for env_folder in sorted(p for p in runs.iterdir()
+                             if p.is_dir() and not p.name.startswith(".")):
+        for device, path in peak_files(env_folder):
+            peaks[(env_folder.name, device)] = read_peak(path, device)
+    return peaks
