@@ -1,7 +1,9 @@
 """Open rendered reports in headless Chromium (Debian's ``chromium``) and check what a reader
 sees: no console errors, every chart decoded and drawn at half its pixels (sharp on HiDPI
-screens), the findings, the blog check and the tips section present and not empty, and a
-full-page screenshot saved under ``test-artifacts/`` for a person to look at.
+screens), the findings, the blog check, "why: each device against its limit" and the tips
+section present and not empty, and a full-page screenshot saved under ``test-artifacts/`` for
+a person to look at; at a phone's width, the page no wider than the screen with the "why"
+section shown.
 
 Chromium is driven over the DevTools protocol with a minimal stdlib WebSocket client. The
 test is skipped where /usr/bin/chromium is absent, unless MNISTBENCH_REQUIRE_BROWSER=1.
@@ -22,7 +24,9 @@ from pathlib import Path
 
 import pytest
 from fakes import make_study, with_tips
+from test_report_studies import GPU_WIDTHS, QUICK, QUICK_WIDTHS, with_limits, with_scale
 
+from mnistbench.report import plots
 from mnistbench.report import render as report
 from mnistbench.results import aggregate
 
@@ -48,9 +52,16 @@ PHONE_PROBE = """(() => {
   }
   const tables = Array.from(document.querySelectorAll('table')).filter(t => !scrolls(t))
       .map(label);
+  const why = document.getElementById('why');
+  const box = why ? why.getBoundingClientRect() : null;
   return {scroll_width: document.documentElement.scrollWidth, client_width: width,
-          wide: wide.slice(0, 20), breaking: breaking.slice(0, 20), bare_tables: tables};
+          wide: wide.slice(0, 20), breaking: breaking.slice(0, 20), bare_tables: tables,
+          why: why ? {text: why.innerText.length, width: box.width, height: box.height,
+                      shown: getComputedStyle(why).display !== 'none'
+                             && getComputedStyle(why).visibility !== 'hidden'} : null};
 })()"""
+#: The sections a reader must find, not empty, on every report.
+READ_SECTIONS = ("findings", "blog", "why", "tips")
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -246,7 +257,7 @@ def _check_in_browser(chromium: Path, html: Path, screenshot: Path, tmp: Path) -
                        ".catch(e => [i.alt, 0, 0, 0, String(e)])))")["result"]["value"]
         sections = tools.call(
             "Runtime.evaluate", returnByValue=True,
-            expression="Object.fromEntries(['findings', 'blog', 'tips'].map(id => {"
+            expression=f"Object.fromEntries({list(READ_SECTIONS)}.map(id => {{"
                        "const s = document.getElementById(id); const h = s && "
                        "s.querySelector('h2'); return [id, s ? (s.innerText.length - "
                        "(h ? h.innerText.length : 0)) : -1]; }))")["result"]["value"]
@@ -310,18 +321,26 @@ def _at_phone_width(chromium: Path, html: Path, screenshot: Path, tmp: Path) -> 
             proc.wait()
 
 
-def _render(tmp: Path, tips: bool = False, **study) -> Path:
+def _render(tmp: Path, tips: bool = False, scale=None, scale_precisions=("fp32", "bf16"),
+            **study) -> Path:
+    """A fake study (tests/fakes.py's ``make_study`` options) rendered with its charts; with
+    tips cells (``tips``), and with scale cells of ``scale`` (device -> widths) in
+    ``scale_precisions`` and the devices' measured limits (``scale`` given)."""
     make_study(tmp / "runs", **study)
     aggregate.aggregate(tmp / "runs", tmp / "results")
     tables = aggregate.load_tables(tmp / "results")
-    return report.write_report(with_tips(tables) if tips else tables,
-                               tmp / "report" / "index.html", results=tmp / "results",
+    if tips:
+        tables = with_tips(tables)
+    if scale is not None:
+        tables = with_limits(with_scale(tables, widths=scale, precisions=scale_precisions))
+    return report.write_report(tables, tmp / "report" / "index.html", results=tmp / "results",
                                command="snakemake --cores all")
 
 
 def _assert_reads_well(result: dict) -> None:
     """No console errors, every image decoded and shown at half its pixels, the page no
-    wider than the window, and the findings, blog check and tips sections not empty."""
+    wider than the window, and the findings, blog check, why and tips sections not
+    empty."""
     assert result["errors"] == []
     assert result["images"], "expected the charts that have data"
     for alt, natural_width, _, shown_width, *error in result["images"]:
@@ -333,27 +352,33 @@ def _assert_reads_well(result: dict) -> None:
 
 
 def test_full_report_in_chromium(chromium, tmp_path):
-    """A synthetic GPU study with failures and tips cells opens without console errors,
-    decodes every chart, fits the window's width, shows its findings, blog check and tips,
-    and leaves a screenshot in test-artifacts/report.png."""
-    html = _render(tmp_path, tips=True, repeats=3, batch_sizes=(32, 128, 512, 2048),
+    """A synthetic GPU study with failures, tips cells, scale cells and measured limits opens
+    without console errors, decodes every chart, fits the window's width, shows its findings,
+    blog check, why and tips, and leaves a screenshot in test-artifacts/report.png."""
+    html = _render(tmp_path, tips=True, scale=GPU_WIDTHS, repeats=3,
+                   batch_sizes=(32, 128, 512, 2048),
                    overrides={"cuda-fp16-resident-b2048-r1": ("oom", "CUDA out of memory. "
                                                               "Tried to allocate 2.00 GiB"),
                               "cpu-bf16-dataloader-b32-r0": ("failed", "<script>alert(1)"
                                                              "</script> worker crashed")})
     result = _check_in_browser(chromium, html, ARTIFACTS / "report.png", tmp_path)
     _assert_reads_well(result)
-    assert len(result["images"]) == 8, result["images"]
+    assert len(result["images"]) == len(plots.CHARTS), result["images"]
     assert (ARTIFACTS / "report.png").stat().st_size > 50_000
 
 
+def _quick(tmp: Path) -> Path:
+    """The quick study's shape (tests/test_report_studies.py's QUICK) on a machine without a
+    GPU, with its scale cells (widths 1 and 2, fp32) and the CPU's measured limit."""
+    return _render(tmp, gpu=False, scale=QUICK_WIDTHS, scale_precisions=("fp32",), **QUICK)
+
+
 def test_quick_report_in_chromium(chromium, tmp_path):
-    """The quick study's shape (a subset, one epoch, two repeats) on a machine without a GPU
-    also opens cleanly with its findings, blog check and tips note, and leaves
-    test-artifacts/report-quick.png."""
-    html = _render(tmp_path, gpu=False, repeats=2, convergence_epochs=1, batch_sizes=(64, 512),
-                   precisions=("fp32", "bf16"), params={"train_limit": 6000, "test_limit": 1000})
-    result = _check_in_browser(chromium, html, ARTIFACTS / "report-quick.png", tmp_path)
+    """The quick study's shape (a subset, one epoch, two repeats, scale cells) on a machine
+    without a GPU also opens cleanly with its findings, blog check, why (the GPU side not
+    measured) and tips note, and leaves test-artifacts/report-quick.png."""
+    result = _check_in_browser(chromium, _quick(tmp_path), ARTIFACTS / "report-quick.png",
+                               tmp_path)
     _assert_reads_well(result)
 
 
@@ -365,15 +390,26 @@ def test_degraded_report_in_chromium(chromium, tmp_path):
     _assert_reads_well(result)
 
 
-def test_report_fits_a_phone(chromium, tmp_path):
+@pytest.mark.parametrize("study", ["gpu", "quick"])
+def test_report_fits_a_phone(chromium, tmp_path, study):
     """Laid out at 390 CSS px (a phone, through DevTools' device metrics), the page is no
     wider than the screen: every table sits in a box that scrolls sideways, nothing else
-    reaches past the screen, and no text is styled to break mid-word; the first screens are
-    saved to test-artifacts/report-phone.png."""
-    html = _render(tmp_path, tips=True, envs=("alpha", "beta-with-a-long-environment-name"),
-                   repeats=2, batch_sizes=(32, 128, 2048))
-    probe = _at_phone_width(chromium, html, ARTIFACTS / "report-phone.png", tmp_path)
+    reaches past the screen, and no text is styled to break mid-word; the why section is
+    shown, within the screen. On a GPU study of two machines with tips and scale cells
+    (first screens saved to test-artifacts/report-phone.png) and on the quick study
+    (report-phone-quick.png)."""
+    if study == "gpu":
+        html = _render(tmp_path, tips=True, scale=GPU_WIDTHS,
+                       envs=("alpha", "beta-with-a-long-environment-name"), repeats=2,
+                       batch_sizes=(32, 128, 2048))
+        shot = ARTIFACTS / "report-phone.png"
+    else:
+        html, shot = _quick(tmp_path), ARTIFACTS / "report-phone-quick.png"
+    probe = _at_phone_width(chromium, html, shot, tmp_path)
     assert probe["client_width"] == PHONE, probe
     assert probe["scroll_width"] <= PHONE, probe
     assert probe["wide"] == [] and probe["bare_tables"] == [], probe
     assert probe["breaking"] == [], probe
+    why = probe["why"]
+    assert why and why["shown"] and why["text"] > 200, probe
+    assert 0 < why["width"] <= PHONE and why["height"] > 0, probe

@@ -4,7 +4,7 @@ of the report (tests/test_report*.py) import them.
 Each study is built once per test process (:func:`full`, :func:`tenfold`, :func:`quick`),
 whichever module asks first. Only :func:`full` draws its charts (the tests of the embedded
 images read it); the others, and :func:`render` and :func:`write` by default, render with
-``charts=False``: the text is the same, without the seven seaborn charts' time.
+``charts=False``: the text is the same, without the seaborn charts' time.
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ import html as htmllib
 import re
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from fakes import cell_id, make_study, with_load, with_tips
 
+from mnistbench.core import network
 from mnistbench.report import render as report
+from mnistbench.report.selections import LIMIT_COLUMNS, SCALE_EXPERIMENT
 from mnistbench.results import aggregate
 
 #: Every section's id, in the page's order.
 SECTIONS = ("verdict", "findings", "headline", "blog", "time", "phases", "throughput",
-            "convergence", "resources", "cost", "tips", "recommendations", "gpu", "matrix",
+            "why", "convergence", "resources", "cost", "tips", "recommendations", "gpu", "matrix",
             "runtimes", "methodology")
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 COMMAND = 'make study && echo "<done>"'
@@ -91,6 +95,119 @@ def numbers(text: str) -> list[str]:
     return [n.rstrip(",") for n in NUMBER.findall(text)]
 
 
+# ---------------------------------------------------------------------------------------------
+# In-memory additions for what tests/fakes.py does not write yet: the scale experiment's cells
+# and the device limits (``mnistbench peak``) that the aggregate puts on every cell, in the
+# columns the report reads (mnistbench.report.selections.LIMIT_COLUMNS). Each returns new
+# Tables; render them with ``write``.
+
+#: The scale experiment's widths per device of a GPU study (the GPU runs the widest alone),
+#: and of the quick study (CPU only, fp32).
+GPU_WIDTHS = {"cpu": (1, 2, 4), "cuda": (1, 2, 4, 8)}
+QUICK_WIDTHS = {"cpu": (1, 2)}
+#: Fake step-time model of a scale cell at width w: ``fixed + (step1 - fixed) x r ** power``
+#: (s per step; ``step1``: the width-1 template's step, ``r``: the FLOPs over width 1's), so
+#: the GPU, busy with launches at width 1, gains efficiency as the network widens.
+SCALE_FIXED_S = {"cpu": 2e-3, "cuda": 2.5e-3}
+SCALE_POWER = {"cpu": 1.0, "cuda": 0.85}
+#: Throughput of each precision over fp32's in the scale cells (the fakes' cost model).
+SCALE_PRECISION = {"cpu": {"fp32": 1.0, "bf16": 0.7},
+                   "cuda": {"fp32": 1.0, "tf32": 1.35, "bf16": 1.7, "fp16": 1.8}}
+#: A fake `mnistbench peak`: GFLOP/s per (device, precision) on the reference machine (an
+#: AVX2 CPU, bf16 emulated; an RTX 4090-class GPU), and the kernel that reached it.
+LIMITS = {("cpu", "fp32"): 300.0, ("cpu", "bf16"): 150.0, ("cuda", "fp32"): 50_000.0,
+          ("cuda", "tf32"): 80_000.0, ("cuda", "bf16"): 160_000.0,
+          ("cuda", "fp16"): 165_000.0}
+LIMIT_KERNELS = {"cpu": "matmul 1024x1024 @ 1024x1024", "cuda": "matmul 8192x8192 @ 8192x8192"}
+#: Columns of a cell's times that a scale cell scales with its throughput.
+TIME_COLUMNS = ("epoch_s_median", "epoch_s_mean", "train_s_median", "total_s", "timed_s",
+                "data_s", "forward_s", "backward_s", "optimizer_s", "eval_s")
+
+
+def with_scale(tables, widths=GPU_WIDTHS, precisions=("fp32", "bf16"), repeats: int = 2,
+               seed: int = 0):
+    """``tables`` with cells of the ``scale`` experiment, as the study will run them: per
+    environment, device of ``widths`` (device -> widths) and precision, one cell per width
+    and repeat at batch 128 with data held in memory and tuned code, copied from the env's
+    ok resident fp32 convergence cell with ``width``, ``train_flops_per_sample``
+    (mnistbench.core.network), ``samples_per_s``, ``achieved_gflops`` and the times from
+    the fake step-time model (:data:`SCALE_FIXED_S`, :data:`SCALE_POWER`, 2 % noise). A
+    device without such a cell gets none."""
+    summary = tables.summary.copy()
+    rng = np.random.default_rng(seed)
+    rows = []
+    flops1 = network.train_flops(1)
+    for env in sorted(summary["env"].unique()):
+        for device, device_widths in widths.items():
+            pool = summary[(summary["env"] == env) & (summary["device"] == device)
+                           & (summary["experiment"] == "convergence")
+                           & (summary["loader"] == "resident") & (summary["status"] == "ok")]
+            if pool.empty:
+                continue
+            template = pool.iloc[0].to_dict()
+            batch = float(template["batch_size"])
+            for precision in precisions:
+                factor = SCALE_PRECISION[device].get(precision)
+                if factor is None:
+                    continue
+                step1 = batch / (float(template["samples_per_s"]) * factor)  # s per step
+                fixed = min(SCALE_FIXED_S[device], 0.5 * step1)
+                for width in device_widths:
+                    flops = network.train_flops(width)
+                    step = fixed + (step1 - fixed) * (flops / flops1) ** SCALE_POWER[device]
+                    for repeat in range(repeats):
+                        rate = batch / step * float(rng.lognormal(0, 0.02))  # samples/s
+                        slower = float(template["samples_per_s"]) / rate
+                        row = dict(template)
+                        row.update(experiment=SCALE_EXPERIMENT, repeat=repeat,
+                                   precision=precision, width=width, seed=repeat,
+                                   cell=cell_id(device, precision, "resident", int(batch),
+                                                repeat, f"x{width}"),
+                                   train_flops_per_sample=float(flops), samples_per_s=rate,
+                                   achieved_gflops=flops * rate / 1e9,
+                                   bf16_path="native" if precision == "bf16" and device ==
+                                   "cuda" else "emulated" if precision == "bf16" else "")
+                        for column in TIME_COLUMNS:
+                            if column in row and row[column] is not None:
+                                row[column] = float(row[column]) * slower
+                        rows.append(row)
+    merged = pd.concat([summary, pd.DataFrame(rows, columns=list(summary.columns))],
+                       ignore_index=True)
+    return aggregate.Tables(merged, tables.epochs, tables.resources)
+
+
+def with_limits(tables, limits=LIMITS, speed=None):
+    """``tables`` with the limit columns the aggregate joins to every ok cell from its
+    environment's `mnistbench peak` record (runs/ENV/peak/DEVICE.json): ``limit_gflops``
+    (GFLOP/s, ``limits`` per device and precision, times ``speed[env]`` where given),
+    ``limit_kernel``, ``limit_share_pct`` (%: achieved_gflops / limit_gflops x 100) and
+    ``limit_source`` ("measured: runs/ENV/peak/DEVICE.json, N threads"); empty for the cells
+    that are not ok and for a device or precision ``limits`` lacks."""
+    summary = tables.summary.copy()
+    gflops, kernels, sources = [], [], []
+    for env, device, precision, status, threads in zip(
+            summary["env"], summary["device"], summary["precision"], summary["status"],
+            summary["torch_threads"], strict=True):
+        limit = limits.get((device, precision)) if status == "ok" else None
+        gflops.append(None if limit is None else limit * (speed or {}).get(env, 1.0))
+        kernels.append(None if limit is None else LIMIT_KERNELS.get(device, "matmul"))
+        sources.append(None if limit is None else
+                       f"measured: runs/{env}/peak/{device}.json, {int(threads)} threads")
+    limit = pd.Series(gflops, index=summary.index, dtype=float)
+    achieved = pd.to_numeric(summary["achieved_gflops"], errors="coerce")
+    summary = summary.assign(limit_gflops=limit, limit_kernel=kernels,
+                             limit_share_pct=achieved / limit * 100.0, limit_source=sources)
+    return aggregate.Tables(summary, tables.epochs, tables.resources)
+
+
+def without_limits(tables):
+    """``tables`` as an older aggregate wrote them: no limit columns (and no scale cells)."""
+    summary = tables.summary
+    summary = summary[summary["experiment"] != SCALE_EXPERIMENT].drop(
+        columns=[c for c in LIMIT_COLUMNS if c in summary.columns])
+    return aggregate.Tables(summary.reset_index(drop=True), tables.epochs, tables.resources)
+
+
 _BUILT: dict[str, dict] = {}
 
 
@@ -123,35 +240,41 @@ def _tenfold(tmp: Path) -> dict:
     tables = with_load(with_tips(aggregate.load_tables(results), overrides={
         ("cuda", "compile"): ("oom", "CUDA out of memory while compiling")}),
         {busy_cell: 91.0})
+    tables = with_limits(with_scale(tables, precisions=("fp32",)))
     return {"html": write(tables, tmp), "tables": tables, "busy": busy_cell}
 
 
 def tenfold(tmp_path_factory) -> dict:
-    """A GPU study at the blog's full settings (10 epochs, all data) with tips cells and one
-    busy CPU repeat, rendered from tables in memory."""
+    """A GPU study at the blog's full settings (10 epochs, all data) with tips cells, one
+    busy CPU repeat, scale cells (fp32; widths 1, 2, 4 on the CPU, and 8 on the GPU) and the
+    devices' measured limits, rendered from tables in memory."""
     return _once("tenfold", _tenfold, tmp_path_factory)
 
 
 def _blogcode(tmp: Path) -> dict:
     results = results_of(tmp, repeats=3, batch_sizes=(32, 128, 2048))
-    tables = with_blog_code(aggregate.load_tables(results))
+    tables = with_limits(with_scale(with_blog_code(aggregate.load_tables(results))))
     return {"html": write(tables, tmp), "tables": tables}
 
 
 def blogcode(tmp_path_factory) -> dict:
     """A GPU study at the blog's full settings whose convergence experiment holds, per device,
     the blog's code as written (the DataLoader) and this project's best (data held in
-    memory), as it now does; three repeats."""
+    memory), as it now does; three repeats; scale cells (fp32 and bf16; widths 1, 2, 4 on the
+    CPU, and 8 on the GPU) and the devices' measured limits."""
     return _once("blogcode", _blogcode, tmp_path_factory)
 
 
 def _quick(tmp: Path) -> dict:
     results = results_of(tmp, gpu=False, **QUICK)
-    return {"html": render(results, command="snakemake --cores all --configfile "
-                                            f"{ROOT}/config/quick.yaml"),
-            "tables": aggregate.load_tables(results)}
+    tables = with_limits(with_scale(aggregate.load_tables(results), widths=QUICK_WIDTHS,
+                                    precisions=("fp32",)))
+    return {"html": write(tables, tmp, results=results,
+                          command=f"snakemake --cores all --configfile {ROOT}/config/quick.yaml"),
+            "tables": tables}
 
 
 def quick(tmp_path_factory) -> dict:
-    """The quick study's shape on a machine without a GPU: a subset, one epoch."""
+    """The quick study's shape on a machine without a GPU: a subset, one epoch, scale cells
+    of widths 1 and 2 (fp32) and the CPU's measured limit; its GPU cells are unavailable."""
     return _once("quick", _quick, tmp_path_factory)

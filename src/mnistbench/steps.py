@@ -61,8 +61,9 @@ def write_peak_status(out: Path | str, device: str, status: str, reason: str) ->
 
     if status not in schema.PEAK_STATUSES or status == "ok":
         raise ValueError(f"status {status!r} is not a status of a limit not measured")
-    record = {"status": status, "reason": reason, "device": device, "threads": None,
-              "torch": None, "source": f"not measured: {status}", "rows": []}
+    record: dict[str, object] = {"status": status, "reason": reason, "device": device,
+                                 "threads": None, "torch": None,
+                                 "source": f"not measured: {status}", "rows": []}
     return write_json(out, record, "the measured limit")
 
 

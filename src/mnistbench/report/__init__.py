@@ -4,7 +4,8 @@
   ``ReportError``): composes the page from its sections;
 - ``sections``: one module per section of the page (``verdict``, the first screen;
   ``findings``, ``headline``, ``blog_check`` with ``claims``, every claim of the blog checked;
-  ``training_time``, ``phases``, ``throughput``, ``convergence``, ``resources``, ``costs``,
+  ``training_time``, ``phases``, ``throughput``, ``why`` (each device against its measured
+  limit), ``convergence``, ``resources``, ``costs``,
   ``tips``, ``recommendations``, ``gpu``, how to add one; ``matrix``, ``runtimes``,
   ``methodology``, and ``page`` for the header and footer), each computing its part of the
   template's context;

@@ -607,6 +607,116 @@ def resources(res, summary=None) -> bytes | None:
         return _png(fig)
 
 
+def _limit_rows(summary):
+    """The rows :func:`against_limit` draws: ok sweep and scale cells with an achieved
+    GFLOP/s, each with its share of the measured limit (``share``, %, NaN where none was
+    measured), its limit (``limit``, GFLOP/s) and its FLOPs per sample in GFLOP (``gflop``)."""
+    from mnistbench.report.selections import SCALE_EXPERIMENT, limit_share, numeric_column
+
+    rows = summary[summary["experiment"].isin(["sweep", SCALE_EXPERIMENT])
+                   & (summary["status"] == "ok")]
+    rows = rows.assign(achieved=numeric_column(rows, "achieved_gflops"),
+                       share=limit_share(rows), limit=numeric_column(rows, "limit_gflops"),
+                       gflop=numeric_column(rows, "train_flops_per_sample") / 1e9,
+                       width=numeric_column(rows, "width"))
+    return rows[np.isfinite(rows["achieved"]) & (rows["achieved"] > 0)]
+
+
+def _efficiency_axis(ax, values, share: bool) -> None:
+    """A log y axis with plain 1-2-5 labels over ``values`` (and, for shares, up to the
+    limit's 100 %), the same on every panel."""
+    values = np.asarray(values, dtype=float)
+    finite = values[np.isfinite(values) & (values > 0)]
+    low = float(finite.min()) if finite.size else 1.0
+    high = float(finite.max()) if finite.size else 10.0
+    if share:
+        high = max(high, 100.0)
+    ax.set_yscale("log")
+    ax.set_ylim(low / 1.6, high * 1.6)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(_plain))
+
+
+def _flops_axis(ax, rows) -> None:
+    """The scale panel's x axis: FLOPs per training sample (GFLOP, log scale), a tick at
+    each width measured, labelled with its FLOPs and width."""
+    ax.set_xscale("log")
+    ticks = rows.groupby("width")["gflop"].median().sort_values()
+    ax.xaxis.set_major_locator(FixedLocator(ticks.to_numpy(dtype=float)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    labels = {float(g): f"{g:.3g}\nwidth {int(w) if float(w).is_integer() else w}"
+              for w, g in ticks.items()}
+    ax.xaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: labels.get(float(v), f"{v:.3g}")))
+    ax.set_xlim(float(ticks.min()) / 1.6, float(ticks.max()) * 1.6)
+    ax.set_xlabel("model FLOPs per training sample (GFLOP, log scale)")
+
+
+def against_limit(summary) -> bytes | None:
+    """Why: each device against its measured limit. The share of the limit (%, log scale;
+    the limit at 100 %) of every ok sweep cell against its batch size (left) and of every
+    ok scale cell against the model's FLOPs per sample (right), one line per (env,) device,
+    precision and loader, median over repeats with the min-max band. Where a plotted cell
+    has no measured limit, both panels draw achieved GFLOP/s instead, with each measured
+    limit as a dotted line of its series' colour."""
+    from mnistbench.report.selections import SCALE_EXPERIMENT
+
+    rows = _limit_rows(summary)
+    if rows.empty:
+        return None
+    share = bool(rows["share"].notna().all())
+    value = "share" if share else "achieved"
+    multi = rows["env"].nunique() > 1
+    rows = rows.assign(series=_series(rows, ["device", "precision", "loader"], multi))
+    looks, handles = _looks(rows)
+    panels = ((rows[rows["experiment"] == "sweep"].dropna(subset=["batch_size"]),
+               "batch_size", "Against batch size (sweep)", "no ok sweep cells"),
+              (rows[rows["experiment"] == SCALE_EXPERIMENT].dropna(subset=["gflop",
+                                                                          "width"]),
+               "gflop", "Against model size (scale)", "no ok cells of the scale experiment"))
+    with mpl.rc_context(_rc()):
+        fig = _figure(4.6)
+        axes = fig.subplots(1, 2, sharey=True)
+        for ax, (part, x, title, empty) in zip(axes, panels, strict=True):
+            for series, group in part.groupby("series", sort=True):
+                g = group.groupby(x)[value].agg(["median", "min", "max"]).sort_index()
+                look = looks[series]
+                ax.plot(g.index, g["median"], ms=4, label=text(series), **look)
+                ax.fill_between(g.index, g["min"], g["max"], color=look["color"],
+                                alpha=0.18, lw=0)
+            if x == "batch_size":
+                _log2_batch_axis(ax, part["batch_size"] if not part.empty else [128])
+            elif not part.empty:
+                _flops_axis(ax, part)
+            else:
+                ax.set_xscale("log")
+                ax.set_xlabel("model FLOPs per training sample (GFLOP, log scale)")
+            if part.empty:
+                ax.set_xticks([])
+                ax.text(0.5, 0.5, text(empty, 60), transform=ax.transAxes, ha="center",
+                        va="center", color="0.35")
+            ax.set_title(text(title, 70))
+            if share:
+                ax.axhline(100.0, color="0.55", lw=2, ls=":")
+            else:
+                for (device, prec), limit in rows.dropna(subset=["limit"]).groupby(
+                        ["device", "precision"])["limit"].median().items():
+                    ax.axhline(limit, color=series_color(device, prec), lw=1.2, ls=":")
+            _efficiency_axis(ax, rows[value] if share else
+                             np.concatenate([rows[value], rows["limit"]]), share)
+        axes[0].set_ylabel("share of the measured limit\n(%, log scale)" if share else
+                           "achieved training arithmetic\n(GFLOP/s, log scale)")
+        if share:
+            handles.append(Line2D([], [], color="0.55", lw=2, ls=":",
+                                  label="the measured limit (100 %)"))
+        elif rows["limit"].notna().any():
+            handles.append(Line2D([], [], color="0.55", lw=1.2, ls=":",
+                                  label="a measured limit (its series' colour)"))
+        _legend_below(fig, handles, [h.get_label() for h in handles], len(handles))
+        return _png(fig)
+
+
 _SEVERITY = {"ok": 0, "unavailable": 1, "oom": 2, "failed": 3}
 
 
@@ -695,6 +805,8 @@ CHARTS = (
           "and loader"),
     Chart("precision", "Precision comparison", ("summary",), precision,
           "the sweep needs ok cells at fp32 and at another precision on the same device"),
+    Chart("why", "Why: each device against its measured limit", ("summary",), against_limit,
+          "no ok sweep or scale cells with an achieved GFLOP/s"),
     Chart("convergence", "Convergence: test loss and accuracy per epoch",
           ("epochs", "summary"), convergence, "no epoch rows from ok convergence cells"),
     Chart("resources", "Resources over time (convergence runs)", ("resources", "summary"),

@@ -39,6 +39,7 @@ from mnistbench.report.sections import (
     tips,
     training_time,
     verdict,
+    why,
 )
 from mnistbench.report.selections import Inputs
 from mnistbench.results import aggregate, cost
@@ -46,7 +47,7 @@ from mnistbench.results import aggregate, cost
 #: The modules that build the context, in the order of the page; each ``context(inputs)``
 #: returns its own keys (the charts come from :mod:`mnistbench.report.charts`).
 SECTIONS = (page, verdict, findings, headline, blog_check, training_time, phases, throughput,
-            convergence, resources, costs, tips, recommendations, gpu, matrix, runtimes,
+            why, convergence, resources, costs, tips, recommendations, gpu, matrix, runtimes,
             methodology)
 
 

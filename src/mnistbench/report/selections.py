@@ -11,6 +11,9 @@ Columns read beyond :mod:`mnistbench.core.schema` when present: ``tip`` (the tip
 experiment's lever, text), ``busy`` (true when other processes used more than 25 % of the
 machine while the cell ran) and ``system_load_mean`` (machine-wide CPU busy %, 100 = all
 cores). Summaries without them (older ones) render as before, with no cell flagged.
+Likewise the device limits of :data:`LIMIT_COLUMNS` (from a ``mnistbench peak`` run in the
+cell's environment) and the cells of the :data:`SCALE_EXPERIMENT`: without them the report
+says "not measured".
 """
 
 from __future__ import annotations
@@ -33,14 +36,22 @@ LOAD_COLUMN = "system_load_mean"
 #: The share of the machine (%) others must use beyond a cell's own processes for the trainer
 #: to mark it busy: the report only reads the flag, this is for its prose.
 BUSY_SHARE_PCT = 25
+#: The experiment of the blog's network at several channel widths (``width``: 1, 2, 4, 8;
+#: data held in memory, batch 128, tuned code): model size against throughput.
+SCALE_EXPERIMENT = "scale"
+#: The measured limit of a cell's device and precision in its environment (``mnistbench
+#: peak``): ``limit_gflops`` (GFLOP/s), ``limit_kernel`` (text: the kernel and its shape),
+#: ``limit_share_pct`` (%: achieved_gflops / limit_gflops x 100) and ``limit_source`` (text:
+#: where the figure came from, "measured: ..."). Absent or empty in older summaries.
+LIMIT_COLUMNS = ("limit_gflops", "limit_kernel", "limit_share_pct", "limit_source")
 #: Devices the headline always shows, with their reason when absent.
 DEVICES = ("cpu", "cuda")
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 
 # ---------------------------------------------------------------------------- grouping keys
 
-#: The settings that tell a cell from another but for its repeat (and its tip, in the tips
-#: experiment: :func:`with_tip`).
+#: The settings that tell a cell from another but for its repeat (and its tip and width, where
+#: the summary has them: :func:`with_tip`).
 SETTINGS = ("env", "experiment", "device", "precision", "loader", "batch_size")
 #: What makes two cells of different environments the same measurement: a cell but its env.
 SAME_CELL = tuple(c for c in SETTINGS if c != "env")
@@ -54,9 +65,16 @@ RUN = ("env", "device", "loader", CODE)
 LOADER_NAMES = {"dataloader": "DataLoader", "resident": "data held in memory"}
 
 
+#: Settings that only some experiments vary, absent in older summaries: the scale
+#: experiment's network width and the tips experiment's lever (:func:`with_tip`).
+OPTIONAL_SETTINGS = ("width", TIP_COLUMN)
+
+
 def with_tip(frame, keys) -> list[str]:
-    """``keys`` and the tips experiment's lever where ``frame`` has that column."""
-    return [*keys, *([TIP_COLUMN] if TIP_COLUMN in frame.columns else [])]
+    """``keys`` and the settings of :data:`OPTIONAL_SETTINGS` that ``frame`` has: the tips
+    experiment's lever and the scale experiment's width (cells of different widths are
+    different measurements, not repeats)."""
+    return [*keys, *(c for c in OPTIONAL_SETTINGS if c in frame.columns)]
 
 
 def device_name(device: str) -> str:
@@ -176,6 +194,26 @@ def per_epoch(frame, column) -> list[float]:
         if not missing(value) and not missing(epochs) and epochs > 0:
             out.append(float(value) / float(epochs))
     return out
+
+
+def numeric_column(frame, name):
+    """Column ``name`` of ``frame`` as floats (NaN where empty or absent), on ``frame``'s
+    index."""
+    import pandas as pd
+
+    if name not in frame.columns:
+        return pd.Series(float("nan"), index=frame.index, dtype=float)
+    return pd.to_numeric(frame[name], errors="coerce").astype(float)
+
+
+def limit_share(frame):
+    """Each row's share of its device's measured limit (%): ``limit_share_pct``, else
+    ``achieved_gflops / limit_gflops x 100`` where both are present; NaN where no limit was
+    measured (a Series on ``frame``'s index)."""
+    share = numeric_column(frame, "limit_share_pct")
+    limit = numeric_column(frame, "limit_gflops")
+    computed = numeric_column(frame, "achieved_gflops") / limit.where(limit > 0) * 100.0
+    return share.where(share.notna(), computed)
 
 
 def median(values) -> float | None:
