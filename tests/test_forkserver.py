@@ -320,3 +320,27 @@ def test_stale_folders_of_killed_owners_are_removed():
     finally:
         listener.close()
         shutil.rmtree(root)
+
+
+def test_timed_work_outside_the_server_waits_while_it_starts(tmp_path, monkeypatch):
+    """`mnistbench peak` waits while the named server is still importing (no socket yet, its
+    process alive), returns once the socket is there or the server has ended, and does not
+    wait at all where no server is named."""
+    monkeypatch.delenv(forkserver.FORKSERVER_SOCKET_VAR, raising=False)
+    assert forkserver.wait_while_starting(wait_s=0)
+    path = tmp_path / "socket"
+    monkeypatch.setenv(forkserver.FORKSERVER_SOCKET_VAR, str(path))
+    # A stand-in for a server still importing: alive, named like one, no socket yet.
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                           "mnistbench.launch.forkserver"]) as starting:
+        try:
+            monkeypatch.setenv(forkserver.FORKSERVER_SOCKET_VAR + "_PID", str(starting.pid))
+            started = time.monotonic()
+            assert not forkserver.wait_while_starting(wait_s=0.3)
+            assert time.monotonic() - started >= 0.3
+            path.touch()  # the server has bound its socket
+            assert forkserver.wait_while_starting(wait_s=5)
+            path.unlink()
+        finally:
+            starting.kill()
+    assert forkserver.wait_while_starting(wait_s=5)  # it has ended: nothing to wait for

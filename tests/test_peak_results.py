@@ -263,3 +263,26 @@ def test_pack_and_unpack_refuse_a_bad_measured_limit(tmp_path):
                           [*read_members(good), member(f"runs/{ENV}/peak/gpu.json")])
     with pytest.raises(archive.ArchiveError, match=r"is not a file of the results"):
         archive.unpack(stray, tmp_path / "c")
+
+
+def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsys):
+    """A measured limit that a cell's training beat by more than LIMIT_SLACK (here: timed far
+    too low) is no limit: every cell of that env, device and precision gets no limit and no
+    share, its limit_source says why and how to measure again, the aggregate warns; another
+    precision's limit stays."""
+    runs = tmp_path / "runs"
+    small_study(runs)
+    record = copy.deepcopy(PEAK)
+    for row in record["rows"]:
+        row["gflops"] = 1e-6 if row["precision"] == "fp32" else 1e9
+    write_peak(runs, record)
+    rows = summary_rows(runs, tmp_path / "out")
+    fp32 = [r for r in rows.values() if r["device"] == "cpu" and r["precision"] == "fp32"]
+    assert fp32 and all(r["limit_gflops"] is None and r["limit_share_pct"] is None
+                        for r in fp32)
+    assert all(r["limit_source"].startswith("refused: cell ") and "the fp32 limit" in r[
+        "limit_source"] and f"runs/{ENV}/peak/cpu.json" in r["limit_source"]
+        and "delete that file and rerun the study" in r["limit_source"] for r in fp32)
+    bf16 = rows[(ENV, "sweep", "cpu-bf16-resident-b64-r0")]
+    assert bf16["limit_gflops"] == 1e9 and bf16["limit_source"].startswith("measured: ")
+    assert "is no limit" in capsys.readouterr().err

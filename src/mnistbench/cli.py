@@ -218,6 +218,11 @@ def _cmd_peak(args) -> int:
             args.parser.error(f"precision {precision!r} is not supported on {args.device}; "
                               f"allowed on {args.device}: "
                               f"{', '.join(devices.SUPPORTED[args.device])}")
+    # A fork server this workflow run started may still be importing torch on one core: the
+    # measurement waits for that to end (its socket appears), as a train client does.
+    from mnistbench.launch import forkserver
+
+    forkserver.wait_while_starting()
     _import_measure("peak")
     from mnistbench.measure import backends
 

@@ -569,6 +569,21 @@ def _connect(path: str, wait_s: float) -> socket.socket | str:
         time.sleep(0.1)
 
 
+def wait_while_starting(wait_s: float = 120.0) -> bool:
+    """Wait while the server named by ``$MNISTBENCH_FORKSERVER`` is still starting (importing
+    torch, before it binds its socket), at most ``wait_s`` s, so that timed work that does not
+    go through it (``mnistbench peak``) never shares the cores with that start-up. True when
+    no server is named, or it serves or has ended; False when it was still starting at the
+    deadline."""
+    path = os.environ.get(FORKSERVER_SOCKET_VAR, "")
+    deadline = time.monotonic() + wait_s
+    while path and not os.path.exists(path) and _server_starting() is True:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def _server_starting() -> bool | str:
     """True when the server named by $MNISTBENCH_FORKSERVER_PID lives (it is still importing);
     otherwise why not ('' when no pid is named)."""

@@ -137,6 +137,8 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
         prefix += [_csv_value(cell.params[k]) for k in KEY_PARAMS]
         epoch_rows += [prefix + row for row in cell.epochs]
         resource_rows += [prefix + row for row in cell.resources]
+    for warning in refuse_impossible_limits(summary_rows):
+        print(f"mnistbench aggregate: warning: {warning}", file=sys.stderr)
     if not summary_rows:
         found = (f"{len(cell_dirs)} cell folders, all incomplete" if skipped
                  else "no cell folders")
@@ -214,6 +216,42 @@ def limit_columns(row: Mapping[str, object], peaks: Mapping[tuple[str, str], val
                       f"{schema.peak_file(peak.device)}, {threads}"),
     )
     return out
+
+
+#: How far past its environment's measured limit a cell's training may run before the limit
+#: is refused as no limit: the training's own kernels may beat the two the peak step times,
+#: but not by this much (a limit timed while something else used the cores, e.g.).
+LIMIT_SLACK = 1.25
+
+
+def refuse_impossible_limits(rows: list[dict]) -> list[str]:
+    """Empty the limit columns of every row of an (env, device, precision) where some cell ran
+    faster than :data:`LIMIT_SLACK` x the measured limit: that figure cannot be the device's
+    limit, so no share of it is shown; ``limit_source`` says why and how to measure again.
+    Returns one warning per limit refused."""
+    worst: dict[tuple, dict] = {}
+    for row in rows:
+        limit, achieved = row.get("limit_gflops"), row.get("achieved_gflops")
+        if not isinstance(limit, float | int) or not isinstance(achieved, float | int):
+            continue
+        key = (row.get("env"), row.get("device"), row.get("precision"))
+        if achieved > LIMIT_SLACK * limit and achieved > worst.get(key, {}).get(
+                "achieved_gflops", 0):
+            worst[key] = row
+    warnings = []
+    for (env, device, precision), row in sorted(worst.items(), key=str):
+        source = str(row["limit_source"]).removeprefix("measured: ").split(",")[0]
+        why = (f"refused: cell {row['cell']} trained at {row['achieved_gflops']:.0f} GFLOP/s, "
+               f"{row['achieved_gflops'] / row['limit_gflops']:.2f}x the {precision} limit "
+               f"of {row['limit_gflops']:.0f} GFLOP/s measured in {source}, which therefore "
+               "is no limit (timed while the cores were busy?); delete that file and rerun "
+               "the study to measure it again")
+        for other in rows:
+            if (other.get("env"), other.get("device"), other.get("precision")) == (
+                    env, device, precision):
+                other.update(dict.fromkeys(schema.LIMIT_FIELDS), limit_source=why)
+        warnings.append(why)
+    return warnings
 
 
 #: CPU flags that give bf16 hardware support, shown in a CPU's label when present.
