@@ -214,8 +214,13 @@ def test_every_timed_cell_ran_as_a_slurm_job_of_its_partition(cluster, slurm_stu
             assert info["slurm_node"] in cluster["nodes"], (env, name)
             assert summary["params"]["env"] == env
             job_ids.append(info["slurm_job_id"])
-    assert sorted(job_ids) == sorted(submitted.values())  # one job per cell, none other
+    # One job per cell, plus each environment's peak job (its measured limit), none other.
+    assert set(job_ids) <= set(submitted.values()) and len(set(job_ids)) == len(job_ids)
     assert jobs_of_rule(output, "bench") == len(job_ids)
+    assert jobs_of_rule(output, "peak") == len(envs)
+    assert len(submitted) == len(job_ids) + len(envs)
+    for env in envs:
+        assert (workdir / "results" / "runs" / env / schema.PEAK_DIR / "cpu.json").is_file()
 
 
 @pytest.mark.slurm
