@@ -137,7 +137,7 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
         prefix += [_csv_value(cell.params[k]) for k in KEY_PARAMS]
         epoch_rows += [prefix + row for row in cell.epochs]
         resource_rows += [prefix + row for row in cell.resources]
-    for warning in refuse_impossible_limits(summary_rows):
+    for warning in refuse_impossible_limits(summary_rows, runs.name):
         print(f"mnistbench aggregate: warning: {warning}", file=sys.stderr)
     if not summary_rows:
         found = (f"{len(cell_dirs)} cell folders, all incomplete" if skipped
@@ -212,10 +212,14 @@ def limit_columns(row: Mapping[str, object], peaks: Mapping[tuple[str, str], val
         limit_share_pct=(achieved / best["gflops"] * 100
                          if isinstance(achieved, int | float) and not isinstance(achieved, bool)
                          else None),
-        limit_source=(f"measured: {runs_name}/{row['env']}/{schema.PEAK_DIR}/"
-                      f"{schema.peak_file(peak.device)}, {threads}"),
+        limit_source=f"measured: {_limit_file(runs_name, row['env'], peak.device)}, {threads}",
     )
     return out
+
+
+def _limit_file(runs_name: str, env: object, device: object) -> str:
+    """Where a measured limit lies, as ``limit_source`` names it: RUNS/{env}/peak/{device}.json."""
+    return f"{runs_name}/{env}/{schema.PEAK_DIR}/{schema.peak_file(str(device))}"
 
 
 #: How far past its environment's measured limit a cell's training may run before the limit
@@ -224,7 +228,7 @@ def limit_columns(row: Mapping[str, object], peaks: Mapping[tuple[str, str], val
 LIMIT_SLACK = 1.25
 
 
-def refuse_impossible_limits(rows: list[dict]) -> list[str]:
+def refuse_impossible_limits(rows: list[dict], runs_name: str = "runs") -> list[str]:
     """Empty the limit columns of every row of an (env, device, precision) where some cell ran
     faster than :data:`LIMIT_SLACK` x the measured limit: that figure cannot be the device's
     limit, so no share of it is shown; ``limit_source`` says why and how to measure again.
@@ -240,7 +244,7 @@ def refuse_impossible_limits(rows: list[dict]) -> list[str]:
             worst[key] = row
     warnings = []
     for (env, device, precision), row in sorted(worst.items(), key=str):
-        source = str(row["limit_source"]).removeprefix("measured: ").split(",")[0]
+        source = _limit_file(runs_name, env, device)
         why = (f"refused: cell {row['cell']} trained at {row['achieved_gflops']:.0f} GFLOP/s, "
                f"{row['achieved_gflops'] / row['limit_gflops']:.2f}x the {precision} limit "
                f"of {row['limit_gflops']:.0f} GFLOP/s measured in {source}, which therefore "

@@ -660,8 +660,7 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
 
     path = Path(path)
     try:
-        _require_regular(path)
-        data = loads_strict(path.read_text(encoding="utf-8"))
+        data = read_json_strict(path)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise PeakError(f"cannot read the measured limit {path}: {why}. The file is corrupt "
