@@ -16,9 +16,18 @@ from mnistbench.launch import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "--train-limit 1024 --test-limit 128 --max-steps 2 --warmup-steps 0 --epochs 1"
+#: A plan of three cells (the blog's code, this project's best, one scale cell): enough to see
+#: every step of the run (peak, fork server, the allocator a cell asks for) in seconds.
+SMALL = """\
+experiments:
+  convergence: {repeats: 1, loaders: [dataloader, resident]}
+  sweep: {enabled: false}
+  tips: {enabled: false}
+  scale: {repeats: 1, widths: [2], precisions: [fp32]}
+"""
 
 
-def make_plan(tmp_path: Path, *configs: str) -> Path:
+def make_plan(tmp_path: Path, *configs: str | Path) -> Path:
     out = tmp_path / "plan.json"
     subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-study"), "plan",
                     *(arg for c in configs for arg in ("--configfile", str(ROOT / c))),
@@ -73,8 +82,12 @@ def test_plan_refuses_a_bad_config_naming_the_key(tmp_path) -> None:
 def test_gpu_check_runs_the_plans_cells_in_the_workflow_layout(tmp_path,
                                                                real_mnist_mirror) -> None:
     """On the CPU: the peak job and every cell of the plan's matrix for the device, ok, packed
-    as runs/{env}/{experiment}/{cell}/ beside logs/; nothing listed as not run."""
-    plan_file = make_plan(tmp_path, "config/config.yaml", "config/quick.yaml")
+    as runs/{env}/{experiment}/{cell}/ beside logs/; nothing listed as not run. Cells start
+    from the fork server unless they ask for another allocator than it has (the blog's code:
+    glibc's), as in the workflow."""
+    (tmp_path / "small.yaml").write_text(SMALL)
+    plan_file = make_plan(tmp_path, "config/config.yaml", "config/quick.yaml",
+                          tmp_path / "small.yaml")
     out = gpu_check(tmp_path, plan_file, real_mnist_mirror, budget=400)
     x = unpacked(out, tmp_path)
     config = json.loads(plan_file.read_text())
@@ -82,12 +95,15 @@ def test_gpu_check_runs_the_plans_cells_in_the_workflow_layout(tmp_path,
                 for c in plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1).cells}
     cells = sorted((x / "runs" / "gpu-check-test").glob("*/*/summary.json"))
     assert {f"{p.parent.parent.name}/{p.parent.name}" for p in cells} == expected
+    assert len(cells) == 3
+    launches = set()
     for path in cells:
         summary = json.loads(path.read_text())
         assert summary["status"] == "ok", summary["reason"]
         assert summary["params"]["env"] == "gpu-check-test"
-        assert summary["env"]["launch"] == "fork-server"
         assert summary["env"]["workflow_digest"] == plan.workflow_digest(ROOT)
+        launches.add((summary["params"]["loader"], summary["env"]["launch"]))
+    assert ("resident", "fork-server") in launches
     peak = json.loads((x / "runs" / "gpu-check-test" / "peak" / "cpu.json").read_text())
     assert peak["status"] == "ok"
     assert (x / "logs" / "cells.log").is_file()
@@ -99,7 +115,9 @@ def test_gpu_check_runs_the_plans_cells_in_the_workflow_layout(tmp_path,
 @pytest.mark.slow
 def test_gpu_check_lists_the_cells_the_budget_leaves_out(tmp_path, real_mnist_mirror) -> None:
     """A budget too short for any cell: no cell starts, and each is named in not_run.txt."""
-    plan_file = make_plan(tmp_path, "config/config.yaml", "config/quick.yaml")
+    (tmp_path / "small.yaml").write_text(SMALL)
+    plan_file = make_plan(tmp_path, "config/config.yaml", "config/quick.yaml",
+                          tmp_path / "small.yaml")
     out = gpu_check(tmp_path, plan_file, real_mnist_mirror, budget=1)
     lines = (out / "not_run.txt").read_text().splitlines()
     config = json.loads(plan_file.read_text())

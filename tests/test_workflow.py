@@ -28,9 +28,11 @@ import yaml
 from fakes import make_study
 from snakemake.utils import validate
 
+from mnistbench import steps
 from mnistbench.core import provenance, schema
 from mnistbench.data import files
 from mnistbench.data import mnist as data
+from mnistbench.launch import plan
 from mnistbench.results import aggregate, cost
 
 REPO = Path(__file__).resolve().parents[1]
@@ -651,6 +653,9 @@ def fake_tiny_study(workdir: Path, env: str = ENV) -> None:
     trainer writes them (tests/fakes.py), so the workflow has only the tables to make."""
     make_study(workdir / "results" / "runs", envs=(env,), devices=("cpu",),
                precisions=("fp32",), loaders=("resident",), batch_sizes=(32,), repeats=1)
+    # Its limit too, so that no peak job runs (tests/test_workflow_scale.py runs real ones).
+    steps.write_peak_status(plan.peak_file(str(workdir / "results" / "runs"), env, "cpu"),
+                            "cpu", "failed", "a fake study measures no limit")
 
 
 def data_with_one_file_missing(dest: Path, real_mnist: Path, missing: str) -> dict[str, int]:
@@ -711,6 +716,9 @@ def test_failed_aggregate_keeps_the_last_good_tables(tmp_path, tiny_mnist):
     proc = snakemake(tmp_path, config, "--cores", "1", "results/summary.csv")
     assert proc.returncode == 0, proc.stdout
     assert jobs_of_rule(proc.stdout, "bench") == 0
+    assert jobs_of_rule(proc.stdout, "peak") == 0
+    # No cell to time: no fork server started (its import of torch would cost seconds).
+    assert not (results / "logs" / "forkserver.log").exists()
     good = {name: (results / name).read_bytes() for name in TABLES}
     other = results / "runs" / "other-box"
     fake_tiny_study(tmp_path, env=other.name)

@@ -102,8 +102,22 @@ START_HOOKS.append(check_software)
 FORK_SERVER = {}
 
 
+def bench_jobs_pending():
+    """Whether this execution will run a bench job (the fork server's only clients); True
+    where this Snakemake cannot say."""
+    try:
+        return any(job.rule.name == "bench" for job in workflow.dag.needrun_jobs())
+    except AttributeError:
+        return True
+
+
 def start_fork_server():
-    if not plan.wants_fork_server(config, workflow.local_exec, CONDA):
+    # Not for an execution without cells (the tables, the report, a fetch): the server's
+    # import of torch would cost seconds for nothing.
+    if (
+        not plan.wants_fork_server(config, workflow.local_exec, CONDA)
+        or not bench_jobs_pending()
+    ):
         return
     log = Path(RESULTS, "logs", "forkserver.log")
     log.parent.mkdir(parents=True, exist_ok=True)
