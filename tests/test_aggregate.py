@@ -353,7 +353,7 @@ def test_unwritable_out_dir_is_one_paragraph_and_keeps_the_old_tables(runs, tmp_
     if fault == "read-only":
         monkeypatch.setattr(atomic.tempfile, "mkstemp", _denied)
     else:
-        real = aggregate._write_rows
+        real = aggregate.write_rows
 
         def full(path, columns, rows):
             if "resources" in path.name:  # the third of four files
@@ -361,7 +361,7 @@ def test_unwritable_out_dir_is_one_paragraph_and_keeps_the_old_tables(runs, tmp_
                 raise OSError(errno.ENOSPC, "No space left on device", str(path))
             return real(path, columns, rows)
 
-        monkeypatch.setattr(aggregate, "_write_rows", full)
+        monkeypatch.setattr(aggregate, "write_rows", full)
     capsys.readouterr()
     assert cli.main(["aggregate", str(runs), "--out-dir", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()

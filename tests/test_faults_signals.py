@@ -144,7 +144,7 @@ def test_an_interrupted_aggregate_keeps_the_last_tables(tmp_path, runs, monkeypa
     out = tmp_path / "tables"
     aggregate.aggregate(runs, out)
     before = tree(out)
-    interrupt_at(monkeypatch, aggregate, "_write_rows", how)
+    interrupt_at(monkeypatch, aggregate, "write_rows", how)
     assert cli.main(["aggregate", str(runs), "--out-dir", str(out)]) == CODES[how]
     assert tree(out) == before
 

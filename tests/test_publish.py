@@ -678,3 +678,42 @@ def test_contradictory_publish_flags_are_usage_errors(tmp_path, capsys, args, wo
     assert info.value.code == 2
     assert words in capsys.readouterr().err
     assert not (tmp_path / "report").exists()
+
+
+def test_keep_published_keeps_environments_whose_cells_are_not_here(tmp_path, project):
+    """A machine measured once and gone (its cells published, its folders lost with its
+    session): with --keep-published, a publication of this machine's new cells keeps it, rows
+    and checks as published; without the flag it is gone; tables of other columns are
+    refused."""
+    runs = project / "results" / "runs"
+    make_study(runs, envs=("lent-gpu",), machines={"lent-gpu": fakes.MACHINES[1]}, **FAKE)
+    set_env_field(runs, "git_revision", git(project, "rev-parse", "HEAD"))
+    set_measured_here(runs, project)
+    reaggregate(project)
+    first = run_publish()
+    published = {name: (project / "report" / "data" / name).read_text()
+                 for name in ("summary.csv", "epochs.csv", "resources.csv")}
+    shutil.rmtree(runs / "lent-gpu")  # the session ended: only its publication is left
+    reaggregate(project)
+    result = run_publish(keep_published=True)
+    manifest = result.manifest
+    assert sorted(e["env"] for e in manifest["environments"]) == [ENV, "lent-gpu"]
+    assert manifest["cells"]["total"] == first.manifest["cells"]["total"]
+    (kept,) = manifest["kept"]
+    assert kept["env"] == "lent-gpu" and kept["cells"] == 2
+    assert kept["published_at"] == first.manifest["published_at"]
+    # Every table is, byte for byte, what the first publication (both machines' cells) had.
+    for name, text in published.items():
+        assert (project / "report" / "data" / name).read_text() == text, name
+    readme = (project / "report" / "README.md").read_text()
+    assert "Environment `lent-gpu` (2 cells) is kept" in readme
+    assert fakes.MACHINES[1].cpu_model in (project / "report" / "index.html").read_text()
+    assert publish.verify(Path("report")) == []
+    # Without the flag, the publication is what results/ holds.
+    assert [e["env"] for e in run_publish().manifest["environments"]] == [ENV]
+    # A publication whose tables have other columns cannot be kept as it is.
+    run_publish(keep_published=True)  # nothing of lent-gpu left to keep: still fine
+    summary = project / "report" / "data" / "summary.csv"
+    summary.write_text(summary.read_text().replace("env,", "environment,", 1))
+    with pytest.raises(publish.PublishError, match="other columns than this mnistbench"):
+        run_publish(keep_published=True)

@@ -547,6 +547,10 @@ def _add_publish(sub) -> None:
         p.add_argument(f"--allow-{kind}", action="store_true",
                        help=f"publish despite {what} (needs --reason)")
     p.add_argument("--reason", default="", help="why checks were waived (in the manifest)")
+    p.add_argument("--keep-published", action="store_true",
+                   help="keep the environments of REPORT's publication that RESULTS/runs "
+                   "does not hold, as published (e.g. a lent machine's: their rows, and "
+                   "their checks from that publication)")
     p.add_argument("--check", action="store_true",
                    help="instead, check the publication in REPORT: checksums, and that "
                    "rendering its data again gives its index.html but for the date (takes "
@@ -609,7 +613,7 @@ def _cmd_publish(args) -> int:
             env_configfiles=env_configfiles, cost_model=args.cost_model,
             allow_missing=args.allow_missing, allow_failed=args.allow_failed,
             allow_stale=args.allow_stale, reason=args.reason,
-            log=_stderr)
+            keep_published=args.keep_published, log=_stderr)
     except publish.PublishError as exc:
         raise CliError(str(exc)) from None
     cells = result.manifest["cells"]

@@ -44,6 +44,7 @@ import contextlib
 import csv
 import dataclasses
 import difflib
+import json
 import os
 import re
 import shlex
@@ -111,12 +112,16 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
             config_schema: Path = CONFIG_SCHEMA, cost_model: Path | None = None,
             allow_missing: bool = False, allow_failed: bool = False,
             allow_stale: bool = False, reason: str = "", root: Path | None = None,
+            keep_published: bool = False,
             log: Callable[[str], None] | None = None) -> Publication:
     """Publish ``results`` (``results/runs`` and the tables made from it) into ``report``.
 
     ``env_configfiles``: environments that ran a study of their own (e.g. part of the matrix
     in a container), each with the config(s) loaded after ``configfiles`` for it, as its
     study's ``--configfile``; their cells are checked against that config's matrix.
+    ``keep_published``: the environments of ``report``'s publication that ``results/runs``
+    does not hold stay in it as published (:func:`kept_environments`), e.g. a machine lent
+    for one session whose cells cannot be measured again.
     ``cost_model``: default ``results/cost_model.json`` (written by the workflow from config
     ``cost``). ``root``: the checkout the code is compared with (default: here). Paths are
     recorded relative to the current folder, where the publication is re-rendered from
@@ -139,6 +144,13 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
             f"(environments there: {', '.join(present)}): check the environment's name.")
     env_configs = {env: load_config([*configfiles, *paths], config_schema)
                    for env, paths in env_configfiles.items()}
+    kept = kept_environments(report, present) if keep_published else None
+    all_env_configfiles = dict(env_configfiles)
+    if kept is not None:
+        all_env_configfiles.update({env: [Path(p) for p in paths]
+                                    for env, paths in kept.env_configfiles.items()})
+        if log is not None:
+            log(f"keeping {', '.join(kept.envs) or 'no environment'} as published")
     try:
         problems, how = find_problems(cells, incomplete, config, root, env_configs)
     except (KeyError, TypeError, ValueError) as exc:
@@ -174,18 +186,23 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
     swapping = False
     try:
         _stage_tables(runs, results, staged)
+        if kept is not None:
+            kept.merge_into(staged)
         _stage_cost_model(cost_source, staged / COST_MODEL)
         report_arg = _display(report)
         render_args = {
             "results": f"{report_arg}/{DATA_DIR}",
             "cost_model": f"{report_arg}/{DATA_DIR}/{COST_MODEL}",
-            "command": reproduce_command(configfiles, env_configfiles, env_configs),
+            "command": reproduce_command(configfiles, all_env_configfiles, {
+                **{env: load_config([*configfiles, *paths], config_schema)
+                   for env, paths in all_env_configfiles.items() if env not in env_configs},
+                **env_configs}),
         }
         if log is not None:
             log(f"rendering {report / INDEX} from {staged}")
         render_staged(staged, render_args, stage / INDEX)
         manifest = _manifest(staged, cells, problems, how, waived, reason, configfiles,
-                             env_configfiles, render_args, root)
+                             all_env_configfiles, render_args, root, kept)
         (stage / README).write_text(readme(manifest), encoding="utf-8")
         manifest["files"] = _checksums(staged, stage)
         atomic.write_json(staged / MANIFEST, manifest)
@@ -213,6 +230,87 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
         raise
     shutil.rmtree(stage, ignore_errors=True)
     return Publication(report=report, manifest=manifest, problems=problems)
+
+
+@dataclass
+class Kept:
+    """The environments of a publication that the next one keeps as published: their rows of
+    the three tables, their manifest entries and the config files they were checked with."""
+
+    envs: list[str]
+    summary: list[dict]
+    epochs: list[list[str]]
+    resources: list[list[str]]
+    manifest: list[dict]
+    env_configfiles: dict[str, list[str]]
+
+    def merge_into(self, data: Path) -> None:
+        """Add the kept rows to the tables just aggregated into ``data``, in the order the
+        aggregate writes cells (by environment, experiment, cell)."""
+        key = len(schema.ID_COLUMNS)
+        summary = _summary_rows(data / aggregate.SUMMARY_CSV) + self.summary
+        summary.sort(key=lambda r: tuple(r[c] for c in schema.ID_COLUMNS))
+        atomic.write_csv(data / aggregate.SUMMARY_CSV, schema.summary_columns(), summary)
+        for name, rows in ((aggregate.EPOCHS_CSV, self.epochs),
+                           (aggregate.RESOURCES_CSV, self.resources)):
+            header, *mine = _table_rows(data / name)
+            merged = sorted(mine + rows, key=lambda r: r[:key])  # stable: epochs in order
+            aggregate.write_rows(data / name, header, merged)
+
+
+def kept_environments(report: Path, present: Sequence[str]) -> Kept:
+    """What ``publish --keep-published`` keeps of ``report``'s publication: every environment
+    of its tables that ``present`` (the environments under results/runs) does not name, as
+    published. Their cells cannot be checked again (their summary.json files are not here):
+    the manifest keeps what their publication's checks found, with its date and revision.
+    Raises :class:`PublishError` when there is no readable publication, or when its tables
+    have other columns than this mnistbench writes (measure those environments again)."""
+    data = report / DATA_DIR
+    try:
+        old = json.loads((data / MANIFEST).read_text(encoding="utf-8"))
+        summary = _summary_rows(data / aggregate.SUMMARY_CSV)
+        epochs = _table_rows(data / aggregate.EPOCHS_CSV)
+        resources = _table_rows(data / aggregate.RESOURCES_CSV)
+        with (data / aggregate.SUMMARY_CSV).open(encoding="utf-8", newline="") as handle:
+            header = next(csv.reader(handle))
+    except (OSError, ValueError, StopIteration) as exc:
+        raise PublishError(f"--keep-published: the publication in {report} cannot be read "
+                           f"({exc}); publish without --keep-published.") from None
+    wanted = [("summary.csv", header, list(schema.summary_columns())),
+              ("epochs.csv", epochs[0], aggregate.epoch_columns()),
+              ("resources.csv", resources[0], aggregate.resource_columns())]
+    for name, has, writes in wanted:
+        if list(has) != list(writes):
+            raise PublishError(
+                f"--keep-published: {data / name} has other columns than this mnistbench "
+                f"writes (schema {schema.SCHEMA_VERSION}): its environments cannot be kept as "
+                "they are. Measure them again, or publish without --keep-published.")
+    envs = sorted({row["env"] for row in summary} - set(present))
+    checks = old.get("checks") or {}
+    versions = {e.get("env"): e.get("schema_versions") or []
+                for e in old.get("environments") or [] if isinstance(e, dict)}
+    entries = []
+    for env in envs:
+        mine = {kind: [p for p in checks.get(kind) or []
+                       if str(p.get("cell", "")).startswith(f"{env}/")]
+                for kind in ("missing", "failed", "stale")}
+        entries.append({"env": env, "published_at": old.get("published_at", ""),
+                        "git_revision": old.get("git_revision", ""),
+                        "cells": sum(row["env"] == env for row in summary),
+                        "schema_versions": list(versions.get(env, [])),
+                        "checks": {**mine, "waived": checks.get("waived") or [],
+                                   "reason": checks.get("reason") or ""}})
+    configs = old.get("env_configfiles") or {}
+    return Kept(envs=envs, summary=[r for r in summary if r["env"] in envs],
+                epochs=[r for r in epochs[1:] if r[0] in envs],
+                resources=[r for r in resources[1:] if r[0] in envs], manifest=entries,
+                env_configfiles={env: list(configs[env]) for env in envs if env in configs})
+
+
+def _table_rows(path: Path) -> list[list[str]]:
+    """Every row of a CSV table, its header first."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.reader(handle))
 
 
 #: Name start of publish's staging folder in ``report/``; a killed run's is removed by the
@@ -406,7 +504,7 @@ def _checksums(data: Path, stage: Path) -> dict[str, dict]:
 
 def _manifest(data: Path, cells: Sequence[CellInfo], problems, how: str,
               waived: list[str], reason: str, configfiles, env_configfiles: dict,
-              render_args: dict, root: Path) -> dict:
+              render_args: dict, root: Path, kept: Kept | None = None) -> dict:
     rows = _summary_rows(data / aggregate.SUMMARY_CSV)
     found = checkout(root)
     by_env: dict[str, list[dict]] = defaultdict(list)
@@ -415,6 +513,8 @@ def _manifest(data: Path, cells: Sequence[CellInfo], problems, how: str,
     versions: dict[str, set] = defaultdict(set)
     for cell in cells:
         versions[cell.key[0]].add(cell.schema_version)
+    for entry in kept.manifest if kept is not None else []:
+        versions[entry["env"]].update(entry["schema_versions"])
     environments = [{**_environment(env, env_rows, versions[env]),
                      "configfiles": [str(p) for p in (*configfiles,
                                                       *env_configfiles.get(env, ()))]}
@@ -442,6 +542,7 @@ def _manifest(data: Path, cells: Sequence[CellInfo], problems, how: str,
             "waived": waived,
             "reason": reason.strip(),
         },
+        "kept": kept.manifest if kept is not None else [],
         "files": {},
     }
 

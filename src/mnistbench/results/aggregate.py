@@ -153,9 +153,9 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
         return atomic.write_together([
             (out_dir / SUMMARY_CSV,
              lambda p: atomic.write_csv(p, schema.summary_columns(), summary_rows)),
-            (out_dir / EPOCHS_CSV, lambda p: _write_rows(p, epoch_columns(), epoch_rows)),
+            (out_dir / EPOCHS_CSV, lambda p: write_rows(p, epoch_columns(), epoch_rows)),
             (out_dir / RESOURCES_CSV,
-             lambda p: _write_rows(p, resource_columns(), resource_rows)),
+             lambda p: write_rows(p, resource_columns(), resource_rows)),
             (out_dir / COLUMNS_CSV,
              lambda p: atomic.write_csv(p, ("file", "name", "unit", "description"),
                                         column_rows())),
@@ -292,7 +292,8 @@ def hardware_label(row: Mapping[str, object]) -> str:
     return label
 
 
-def _write_rows(path: Path, columns: list[str], rows: list[list[str]]) -> Path:
+def write_rows(path: Path, columns: list[str], rows: list[list[str]]) -> Path:
+    """Write ``rows`` under ``columns`` as one CSV table, atomically."""
     with atomic.atomic_open(path, "w", encoding="utf-8", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(columns)
