@@ -706,7 +706,7 @@ def test_keep_published_keeps_environments_whose_cells_are_not_here(tmp_path, pr
     for name, text in published.items():
         assert (project / "report" / "data" / name).read_text() == text, name
     readme = (project / "report" / "README.md").read_text()
-    assert "Environment `lent-gpu` (2 cells) is kept" in readme
+    assert "Environment `lent-gpu` (2 cells) is kept as it was published on" in readme
     assert fakes.MACHINES[1].cpu_model in (project / "report" / "index.html").read_text()
     assert publish.verify(Path("report")) == []
     # Without the flag, the publication is what results/ holds.

@@ -24,6 +24,7 @@ from mnistbench.report.selections import (
     median,
     speedup,
 )
+from mnistbench.results import stats
 
 #: The most words the box may hold.
 MAX_WORDS = 200
@@ -41,10 +42,36 @@ def _speedups(inputs: Inputs, cells) -> str:
             if est is not None:
                 parts.append(f"{num(est.value, 3, '×')} with {study.CODE_LABELS[kind]}")
     if not parts:
-        return ("GPU speed-up: not measured like for like (no CPU and GPU cells of the same "
-                "code).")
+        return _across_machines(inputs, cells, env) or (
+            "GPU speed-up: not measured like for like (no CPU and GPU cells of the same "
+            "code).")
     return (f"GPU speed-up: {' and '.join(parts)} ({hardware(inputs.summary, env, 'cuda')} "
             f"against {hardware(inputs.summary, env, 'cpu')}).")
+
+
+def _across_machines(inputs: Inputs, cells, gpu_env: str) -> str:
+    """Where no machine measured its CPU and its GPU, the GPU of ``gpu_env`` against the CPU
+    of the environment with the most cells, per kind of code, said to be across machines:
+    "" when no CPU ran the same code."""
+    cpu_cells = cells[cells["device"] == "cpu"]
+    if cpu_cells.empty:
+        return ""
+    sizes = inputs.summary[inputs.summary["env"].isin(set(cpu_cells["env"]))]["env"]
+    cpu_env = sizes.value_counts().index[0]
+    parts = []
+    for kind in ("blog", "best"):
+        gpu = cells[(cells["env"] == gpu_env) & (cells["device"] == "cuda")
+                    & (cells[CODE] == kind)]
+        cpu = cpu_cells[(cpu_cells["env"] == cpu_env) & (cpu_cells[CODE] == kind)]
+        if set(gpu["loader"]) and set(gpu["loader"]) == set(cpu["loader"]):
+            est = stats.ratio_ci(col(cpu, "epoch_s_median"), col(gpu, "epoch_s_median"))
+            if est is not None:
+                parts.append(f"{num(est.value, 3, '×')} with {study.CODE_LABELS[kind]}")
+    if not parts:
+        return ""
+    return (f"GPU speed-up across machines (none measured its CPU and its GPU, so not like "
+            f"for like): {' and '.join(parts)} ({hardware(inputs.summary, gpu_env, 'cuda')} "
+            f"in {gpu_env} against {hardware(inputs.summary, cpu_env, 'cpu')} in {cpu_env}).")
 
 
 def _epochs(cells, env) -> list[str]:
