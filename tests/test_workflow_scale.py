@@ -170,8 +170,18 @@ def test_a_tiny_study_measures_its_limits_and_joins_them_to_the_cells(tmp_path, 
     assert cuda.status == ("ok" if cuda_usable() else "unavailable"), cuda
     log = tmp_path / "results" / "logs" / "runs" / ENV / "peak" / "cuda.log"
     assert log.is_file()
-    summary = aggregate.load_tables(tmp_path / "results").summary
-    ok_cpu = summary[(summary["device"] == "cpu") & (summary["status"] == "ok")]
+    for _ in range(3):
+        summary = aggregate.load_tables(tmp_path / "results").summary
+        ok_cpu = summary[(summary["device"] == "cpu") & (summary["status"] == "ok")]
+        if ok_cpu["limit_gflops"].notna().all():
+            break
+        # A limit measured while the other test worker loaded the machine can be below what
+        # a cell reached later: the aggregate refuses it, saying so. Measure it again.
+        assert ok_cpu["limit_source"].str.startswith("refused: ").all(), ok_cpu["limit_source"]
+        (runs / ENV / schema.PEAK_DIR / "cpu.json").unlink()
+        proc = snakemake(tmp_path, config, "--cores", "2", "results/summary.csv")
+        assert proc.returncode == 0, proc.stdout
+        assert jobs_of_rule(proc.stdout, "bench") == 0, proc.stdout  # the cells stay
     assert len(ok_cpu) >= 4 and ok_cpu["limit_gflops"].notna().all()
     assert (ok_cpu["limit_share_pct"] > 0).all()
     assert set(ok_cpu["limit_source"]) == {f"measured: runs/{ENV}/peak/cpu.json, 1 thread"}
