@@ -3,6 +3,9 @@ settings (the GPU machine runs the same code with DEVICE=cuda)."""
 
 from __future__ import annotations
 
+import argparse
+import importlib.machinery
+import importlib.util
 import json
 import os
 import subprocess
@@ -112,15 +115,38 @@ def test_gpu_check_runs_the_plans_cells_in_the_workflow_layout(tmp_path,
     assert len(list(out.iterdir())) <= 8  # what the device tool returns
 
 
-@pytest.mark.slow
-def test_gpu_check_lists_the_cells_the_budget_leaves_out(tmp_path, real_mnist_mirror) -> None:
-    """A budget too short for any cell: no cell starts, and each is named in not_run.txt."""
-    (tmp_path / "small.yaml").write_text(SMALL)
-    plan_file = make_plan(tmp_path, "config/config.yaml", "config/quick.yaml",
-                          tmp_path / "small.yaml")
-    out = gpu_check(tmp_path, plan_file, real_mnist_mirror, budget=1)
-    lines = (out / "not_run.txt").read_text().splitlines()
-    config = json.loads(plan_file.read_text())
-    assert len(lines) == len(plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1))
-    assert all("not started" in line for line in lines)
-    assert not list(unpacked(out, tmp_path).glob("runs/*/*/*/summary.json"))
+def gpu_study_module():
+    """scripts/gpu-study as a module (it has no .py suffix)."""
+    loader = importlib.machinery.SourceFileLoader("gpu_study", str(ROOT / "scripts" / "gpu-study"))
+    spec = importlib.util.spec_from_loader("gpu_study", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_cells_the_budget_leaves_out_are_listed_not_started(tmp_path) -> None:
+    """A cell that would not end within the budget (judged by the last cell like it, or by
+    --expect) is not started and is named in not_run.txt with why; nothing runs."""
+    gpu_study = gpu_study_module()
+    config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/quick.yaml")
+                        .read_text())
+    matrix = plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1)
+    args = argparse.Namespace(
+        budget=30.0, runs=tmp_path / "work" / "runs", out=tmp_path / "out", extra="",
+        cell_timeout=60.0, data=tmp_path / "mnist",
+        expect=[gpu_study.expectation("sweep/cpu/resident=40")])
+    args.out.mkdir()
+    runner = gpu_study.Runner(args, config, "gpu-check-test")
+    started = []
+    runner.mnistbench = lambda argv, timeout, log: started.append(argv) or 0
+    conv = next(c for c in matrix.cells if c.experiment == "convergence")
+    sweep = next(c for c in matrix.cells if c.experiment == "sweep")
+    runner.cell(conv)  # a first guess of 120 s: more than the budget
+    runner.cell(sweep)  # --expect: 40 s
+    assert started == []
+    assert [line.split(":")[0] for line in runner.not_run] == [
+        f"convergence/{conv.id}", f"sweep/{sweep.id}"]
+    assert "a cell like it took 120 s" in runner.not_run[0]
+    assert "a cell like it took 40 s" in runner.not_run[1]
+    with pytest.raises(Exception, match="EXPERIMENT/DEVICE/LOADER"):
+        gpu_study.expectation("sweep=4")
