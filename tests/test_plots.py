@@ -15,7 +15,7 @@ from fakes import cell_id, make_study
 from matplotlib.colors import to_hex
 from PIL import Image
 
-from mnistbench.report import plots
+from mnistbench.report import charts, plots
 from mnistbench.results import aggregate
 
 UNIT = re.compile(r"\((?:[^()]*)\)")  # "(s)", "(samples/s, log scale)", "(%)"
@@ -38,8 +38,8 @@ def full(tmp_path_factory):
 
 
 def _chart(key):
-    """The chart of :data:`mnistbench.report.plots.CHARTS` called ``key``."""
-    return next(chart for chart in plots.CHARTS if chart.key == key)
+    """The chart of :data:`mnistbench.report.charts.CHARTS` called ``key``."""
+    return next(chart for chart in charts.CHARTS if chart.key == key)
 
 
 def _capture(chart, tables):
@@ -58,7 +58,7 @@ def _capture(chart, tables):
 @pytest.fixture(scope="module")
 def drawn(full):
     """(Figure, PNG bytes) of every chart of the full study."""
-    out = {chart.key: _capture(chart, full) for chart in plots.CHARTS}
+    out = {chart.key: _capture(chart, full) for chart in charts.CHARTS}
     assert all(out.values()), [k for k, v in out.items() if v is None]
     return out
 
@@ -165,7 +165,7 @@ def test_cpu_only_study_degrades_gracefully(tmp_path):
     point inside its (shared, linear) axes."""
     tables = _tables(tmp_path, devices=("cpu",), repeats=1, batch_sizes=(64, 128),
                      convergence_epochs=2)
-    drawn = {c.key: _capture(c, tables) for c in plots.CHARTS}
+    drawn = {c.key: _capture(c, tables) for c in charts.CHARTS}
     assert drawn["speedup"] is None
     for key in ("phases", "throughput", "precision", "convergence", "resources", "status"):
         assert drawn[key] is not None, key
@@ -183,7 +183,7 @@ def test_empty_tables_give_none(full):
     """Every chart returns None for tables without rows."""
     empty = aggregate.Tables(full.summary.iloc[0:0], full.epochs.iloc[0:0],
                              full.resources.iloc[0:0])
-    for chart in plots.CHARTS:
+    for chart in charts.CHARTS:
         assert chart.render(empty) is None, chart.key
 
 
@@ -203,7 +203,7 @@ def test_hostile_names_are_plain_chart_text(tmp_path):
     tables = _tables(tmp_path, envs=("$\\frac{a}$", "<script>x</script>"), repeats=1,
                      precisions=("fp32", "bf16"), loaders=("resident",), batch_sizes=(128,),
                      convergence_epochs=2)
-    for chart in plots.CHARTS:
+    for chart in charts.CHARTS:
         assert chart.render(tables) is not None, chart.key
     assert plots.text("a$b") == r"a\$b"
     assert len(plots.text("x" * 100)) == 48

@@ -64,3 +64,19 @@ def test_changelog_citation_and_catalog_name_what_holds():
     assert not any(catalog["usage"]["software-stack-deployment"].values())
     assert catalog["usage"]["report"] is True
     assert 'report: "workflow/report/workflow.rst"' in (ROOT / "Snakefile").read_text()
+
+
+#: The most lines a file of code may have (issue 21: a change to one part should not mean
+#: reading all of a file).
+MAX_LINES = 800
+
+
+def test_no_file_of_code_is_over_800_lines():
+    """Every Python module, test, script and rule file has at most MAX_LINES lines."""
+    files = [*ROOT.glob("src/**/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("benchmarks/*.py"),
+             *ROOT.glob("workflow/rules/*.smk"), ROOT / "Snakefile",
+             *(p for p in ROOT.glob("scripts/*") if p.is_file() and p.suffix != ".txt")]
+    assert len(files) > 100
+    long = {str(p.relative_to(ROOT)): n for p in files
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert long == {}, f"over {MAX_LINES} lines: split them by what they do"

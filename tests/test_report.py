@@ -26,7 +26,7 @@ from test_report_studies import (
 )
 
 from mnistbench import cli, publish
-from mnistbench.report import plots, selections
+from mnistbench.report import charts, selections
 from mnistbench.report import render as report
 from mnistbench.results import aggregate, cost
 
@@ -36,7 +36,7 @@ def test_report_is_one_self_contained_file(full):
     html = full["html"]
     assert html.count("<style>") == 1 and "<link" not in html
     assert "<script" not in html.lower()
-    assert html.count('<img src="data:image/png;base64,') == len(plots.CHARTS)
+    assert html.count('<img src="data:image/png;base64,') == len(charts.CHARTS)
     assert not re.search(r'(src|href)="(https?:)?//', html)
     assert "url(" not in html
 
@@ -46,7 +46,7 @@ def test_charts_are_shown_at_half_their_pixels_for_hidpi_screens(full):
     gets one pixel per device pixel."""
     images = re.findall(r'<img src="data:image/png;base64,([^"]+)" width="(\d+)" '
                         r'height="(\d+)"', full["html"])
-    assert len(images) == len(plots.CHARTS)
+    assert len(images) == len(charts.CHARTS)
     for data, width, height in images:
         png = base64.b64decode(data)
         px_w, px_h = struct.unpack(">II", png[16:24])
@@ -57,7 +57,7 @@ def test_charts_are_shown_at_half_their_pixels_for_hidpi_screens(full):
 def test_figures_dir_holds_every_chart_as_embedded(full):
     """--figures-dir gets one PNG per chart, byte-identical to the embedded image."""
     html = full["html"]
-    for chart in plots.CHARTS:
+    for chart in charts.CHARTS:
         png = (full["figures"] / chart.filename).read_bytes()
         assert base64.b64encode(png).decode() in html, chart.key
 
@@ -189,7 +189,7 @@ def test_each_section_sets_its_own_keys(full):
     two sections."""
     model = cost.load_model(None)
     inputs = selections.Inputs(full["tables"], model)
-    seen: dict[str, str] = {f"chart_{c.key}": "charts" for c in plots.CHARTS}
+    seen: dict[str, str] = {f"chart_{c.key}": "charts" for c in charts.CHARTS}
     for section in report.SECTIONS:
         for key in section.context(inputs):
             assert key not in seen, f"{key}: {seen[key]} and {section.__name__}"
@@ -205,7 +205,7 @@ def test_without_charts_the_text_is_the_same_and_every_chart_says_not_drawn(full
     html = render(full["results"], command=studies.COMMAND)
     assert "<img" not in html
     assert html.count(": not drawn.</strong> This report was rendered without charts") == len(
-        plots.CHARTS)
+        charts.CHARTS)
 
     def text(page):
         return re.sub(r'<figure class="chart[^"]*">.*?</figure>', "",

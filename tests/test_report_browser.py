@@ -26,7 +26,7 @@ import pytest
 from fakes import make_study, with_tips
 from test_report_studies import GPU_WIDTHS, QUICK, QUICK_WIDTHS, with_limits, with_scale
 
-from mnistbench.report import plots
+from mnistbench.report import charts
 from mnistbench.report import render as report
 from mnistbench.results import aggregate
 
@@ -363,7 +363,7 @@ def test_full_report_in_chromium(chromium, tmp_path):
                                                              "</script> worker crashed")})
     result = _check_in_browser(chromium, html, ARTIFACTS / "report.png", tmp_path)
     _assert_reads_well(result)
-    assert len(result["images"]) == len(plots.CHARTS), result["images"]
+    assert len(result["images"]) == len(charts.CHARTS), result["images"]
     assert (ARTIFACTS / "report.png").stat().st_size > 50_000
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mnistbench.report import charts, plots
+from mnistbench.report import charts
 from mnistbench.report import formatting as fmt
 from mnistbench.results import stats
 
@@ -71,7 +71,7 @@ def test_charts_without_data_or_not_drawn_say_why_in_a_sentence():
     sentence: a capital first, a full stop last."""
     for figures, state in (({}, "no data"), (None, "not drawn")):
         views = charts.views(figures)
-        assert list(views) == [chart.key for chart in plots.CHARTS]
+        assert list(views) == [chart.key for chart in charts.CHARTS]
         for view in views.values():
             assert view["uri"] is None and view["state"] == state
             assert view["why"][0].isupper() and view["why"].endswith("."), view["why"]

@@ -1,5 +1,6 @@
-"""The report's charts as the template shows them: each chart of
-:data:`mnistbench.report.plots.CHARTS` drawn to PNG (:func:`draw`), then as a view for the
+"""The report's charts as the template shows them: each chart of :data:`CHARTS` (the
+registry: key, title, source tables, the :mod:`mnistbench.report.plots` function that draws
+it) drawn to PNG (:func:`draw`), then as a view for the
 template (:func:`context`): its title, a data URI at twice its CSS size (sharp on HiDPI
 screens), or the sentence that says why it has no data, or that it was not drawn (a report
 rendered with ``charts=False``, for tests that read only its text)."""
@@ -7,18 +8,70 @@ rendered with ``charts=False``, for tests that read only its text)."""
 from __future__ import annotations
 
 import base64
+from dataclasses import dataclass
 
 from mnistbench.results import aggregate
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart of the report: its file name, title, the tables it is drawn from, and the note
+    shown when it has no data."""
+
+    key: str
+    title: str
+    sources: tuple[str, ...]
+    draw: str  # the function of mnistbench.report.plots that draws it
+    why_absent: str
+
+    @property
+    def filename(self) -> str:
+        """File name under --figures-dir."""
+        return f"{self.key}.png"
+
+    def render(self, tables) -> bytes | None:
+        """PNG bytes of this chart from the aggregated tables, None when it has no data
+        (matplotlib is imported here, not with this module: a report rendered without charts
+        never loads it)."""
+        from mnistbench.report import plots
+
+        return getattr(plots, self.draw)(*(getattr(tables, name).copy()
+                                           for name in self.sources))
+
+
+#: Every chart of the report, in order. ``sources``: the tables (attributes of
+#: :class:`mnistbench.results.aggregate.Tables`) passed to its function of
+#: :mod:`mnistbench.report.plots`.
+CHARTS = (
+    Chart("headline", "The headline: seconds per epoch, the blog's machine and this study's",
+          ("summary",), "headline", "no cells at all"),
+    Chart("phases", "Where the time goes: seconds per epoch by phase", ("summary",),
+          "phase_bars",
+          "no ok cells at the blog's settings (convergence, or sweep at batch 128 fp32)"),
+    Chart("throughput", "Throughput vs batch size", ("summary",), "throughput",
+          "no ok cells of the sweep experiment"),
+    Chart("speedup", "GPU speed-up vs batch size", ("summary",), "speedup",
+          "the sweep needs ok cells on both cpu (fp32) and cuda at the same batch size "
+          "and loader"),
+    Chart("precision", "Precision comparison", ("summary",), "precision",
+          "the sweep needs ok cells at fp32 and at another precision on the same device"),
+    Chart("why", "Why: each device against its measured limit", ("summary",),
+          "against_limit", "no ok sweep or scale cells with an achieved GFLOP/s"),
+    Chart("convergence", "Convergence: test loss and accuracy per epoch",
+          ("epochs", "summary"), "convergence", "no epoch rows from ok convergence cells"),
+    Chart("resources", "Resources over time (convergence runs)", ("resources", "summary"),
+          "resources", "no resource samples from ok convergence cells"),
+    Chart("status", "Status of every cell", ("summary",), "status_heatmap", "no cells at all"),
+)
+
 
 #: What a chart shows in a report rendered without charts.
 NOT_DRAWN = "this report was rendered without charts (charts=False)"
 
 
 def draw(tables: aggregate.Tables) -> dict[str, bytes | None]:
-    """PNG bytes of every chart of :data:`mnistbench.report.plots.CHARTS` (None: no data)."""
-    from mnistbench.report import plots
-
-    return {chart.key: chart.render(tables) for chart in plots.CHARTS}
+    """PNG bytes of every chart of :data:`CHARTS` (None: no data)."""
+    return {chart.key: chart.render(tables) for chart in CHARTS}
 
 
 def _sentence(text: str) -> str:
@@ -29,12 +82,10 @@ def views(figures: dict[str, bytes | None] | None) -> dict[str, dict]:
     """Per chart: its title, PNG data URI (None without data) with its CSS size (half its
     pixels: sharp on HiDPI screens), the state and sentence shown without an image, alt
     text. ``figures`` None: none was drawn."""
-    from mnistbench.report import plots
-
     out = {}
-    for chart in plots.CHARTS:
+    for chart in CHARTS:
         png = None if figures is None else figures.get(chart.key)
-        width, height = plots.css_size(png) if png else (0, 0)
+        width, height = _css_size(png) if png else (0, 0)
         out[chart.key] = {
             "title": chart.title,
             "uri": None if png is None else
@@ -50,3 +101,9 @@ def views(figures: dict[str, bytes | None] | None) -> dict[str, dict]:
 def context(figures: dict[str, bytes | None] | None) -> dict:
     """``chart_KEY`` -> the view of every chart."""
     return {f"chart_{key}": view for key, view in views(figures).items()}
+
+
+def _css_size(png: bytes) -> tuple[int, int]:
+    from mnistbench.report import plots
+
+    return plots.css_size(png)

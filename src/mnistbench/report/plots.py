@@ -19,8 +19,6 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import matplotlib as mpl
 import numpy as np
@@ -767,49 +765,3 @@ def status_heatmap(summary) -> bytes | None:
                    title="colour: the worst repeat; text: ok / all repeats where not all are ok",
                    title_fontsize=8.5)
         return _png(fig)
-
-
-@dataclass(frozen=True)
-class Chart:
-    """A chart of the report: its file name, title, the tables it is drawn from, and the note
-    shown when it has no data."""
-
-    key: str
-    title: str
-    sources: tuple[str, ...]
-    draw: Callable
-    why_absent: str
-
-    @property
-    def filename(self) -> str:
-        """File name under --figures-dir."""
-        return f"{self.key}.png"
-
-    def render(self, tables) -> bytes | None:
-        """PNG bytes of this chart from the aggregated tables, None when it has no data."""
-        return self.draw(*(getattr(tables, name).copy() for name in self.sources))
-
-
-#: Every chart of the report, in order. ``sources``: the tables (attributes of
-#: :class:`mnistbench.results.aggregate.Tables`) passed to its function.
-CHARTS = (
-    Chart("headline", "The headline: seconds per epoch, the blog's machine and this study's",
-          ("summary",), headline, "no cells at all"),
-    Chart("phases", "Where the time goes: seconds per epoch by phase", ("summary",),
-          phase_bars,
-          "no ok cells at the blog's settings (convergence, or sweep at batch 128 fp32)"),
-    Chart("throughput", "Throughput vs batch size", ("summary",), throughput,
-          "no ok cells of the sweep experiment"),
-    Chart("speedup", "GPU speed-up vs batch size", ("summary",), speedup,
-          "the sweep needs ok cells on both cpu (fp32) and cuda at the same batch size "
-          "and loader"),
-    Chart("precision", "Precision comparison", ("summary",), precision,
-          "the sweep needs ok cells at fp32 and at another precision on the same device"),
-    Chart("why", "Why: each device against its measured limit", ("summary",), against_limit,
-          "no ok sweep or scale cells with an achieved GFLOP/s"),
-    Chart("convergence", "Convergence: test loss and accuracy per epoch",
-          ("epochs", "summary"), convergence, "no epoch rows from ok convergence cells"),
-    Chart("resources", "Resources over time (convergence runs)", ("resources", "summary"),
-          resources, "no resource samples from ok convergence cells"),
-    Chart("status", "Status of every cell", ("summary",), status_heatmap, "no cells at all"),
-)

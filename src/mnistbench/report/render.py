@@ -80,7 +80,7 @@ def render_html(context: dict) -> str:
 
 
 def draw_charts(tables: aggregate.Tables) -> dict[str, bytes | None]:
-    """PNG bytes of every chart of :data:`mnistbench.report.plots.CHARTS` (None: no data)."""
+    """PNG bytes of every chart of :data:`mnistbench.report.charts.CHARTS` (None: no data)."""
     return chart_views.draw(tables)
 
 
@@ -139,7 +139,7 @@ def _write_figures(figures: dict[str, bytes | None], folder: Path) -> None:
     """Every chart as ``folder/{key}.png``; a chart without data as a short "no data" PNG."""
     from mnistbench.report import plots
 
-    for chart in plots.CHARTS:
+    for chart in chart_views.CHARTS:
         png = figures[chart.key] or plots.placeholder(chart.title, chart.why_absent)
         with atomic.atomic_open(folder / chart.filename, "wb") as handle:
             handle.write(png)
