@@ -410,20 +410,23 @@ def failure_counts(bad):
 
 # ---------------------------------------------------------------------------- shared measures
 
-def speedup(cells, env, loader, device="cuda", column="epoch_s_median", code=None):
+def speedup(cells, env, loader, device="cuda", column="epoch_s_median", code=None,
+            cpu_env=None):
     """The CPU's median epoch time over ``device``'s, in one env with one loader and, where
     ``cells`` have the column :data:`CODE`, one kind of code: ``code``, or the kind of
-    ``device``'s cells (None when they ran several kinds). Like for like only."""
-    same = (cells["env"] == env) & (cells["loader"] == loader)
+    ``device``'s cells (None when they ran several kinds). Like for like only; ``cpu_env``:
+    the CPU of that environment instead (across machines: say so where it is shown)."""
+    loader_ok = cells["loader"] == loader
     if CODE in cells.columns:
         if code is None:
-            kinds = set(cells.loc[same & (cells["device"] == device), CODE])
+            kinds = set(cells.loc[loader_ok & (cells["env"] == env)
+                                  & (cells["device"] == device), CODE])
             if len(kinds) != 1:
                 return None
             code = kinds.pop()
-        same &= cells[CODE] == code
-    cpu = cells[same & (cells["device"] == "cpu")]
-    other = cells[same & (cells["device"] == device)]
+        loader_ok &= cells[CODE] == code
+    cpu = cells[loader_ok & (cells["env"] == (cpu_env or env)) & (cells["device"] == "cpu")]
+    other = cells[loader_ok & (cells["env"] == env) & (cells["device"] == device)]
     return stats.ratio_ci(col(cpu, column), col(other, column))
 
 

@@ -24,7 +24,6 @@ from mnistbench.report.selections import (
     median,
     speedup,
 )
-from mnistbench.results import stats
 
 #: The most words the box may hold.
 MAX_WORDS = 200
@@ -53,18 +52,16 @@ def _across_machines(inputs: Inputs, cells, gpu_env: str) -> str:
     """Where no machine measured its CPU and its GPU, the GPU of ``gpu_env`` against the CPU
     of the environment with the most cells, per kind of code, said to be across machines:
     "" when no CPU ran the same code."""
-    cpu_cells = cells[cells["device"] == "cpu"]
-    if cpu_cells.empty:
+    cpu_envs = set(cells.loc[cells["device"] == "cpu", "env"])
+    if not cpu_envs:
         return ""
-    sizes = inputs.summary[inputs.summary["env"].isin(set(cpu_cells["env"]))]["env"]
-    cpu_env = sizes.value_counts().index[0]
+    cpu_env = inputs.summary.loc[inputs.summary["env"].isin(cpu_envs), "env"].value_counts(
+        ).index[0]
     parts = []
     for kind in ("blog", "best"):
-        gpu = cells[(cells["env"] == gpu_env) & (cells["device"] == "cuda")
-                    & (cells[CODE] == kind)]
-        cpu = cpu_cells[(cpu_cells["env"] == cpu_env) & (cpu_cells[CODE] == kind)]
-        if set(gpu["loader"]) and set(gpu["loader"]) == set(cpu["loader"]):
-            est = stats.ratio_ci(col(cpu, "epoch_s_median"), col(gpu, "epoch_s_median"))
+        part = cells[(cells["env"] == gpu_env) & (cells[CODE] == kind)]
+        for loader in sorted(set(part["loader"])):
+            est = speedup(cells, gpu_env, loader, code=kind, cpu_env=cpu_env)
             if est is not None:
                 parts.append(f"{num(est.value, 3, '×')} with {study.CODE_LABELS[kind]}")
     if not parts:
