@@ -714,6 +714,14 @@ def test_keep_published_keeps_environments_whose_cells_are_not_here(tmp_path, pr
     # A publication whose tables have other columns cannot be kept as it is.
     run_publish(keep_published=True)  # nothing of lent-gpu left to keep: still fine
     summary = project / "report" / "data" / "summary.csv"
-    summary.write_text(summary.read_text().replace("env,", "environment,", 1))
+    good = summary.read_text()
+    summary.write_text(good.replace("env,", "environment,", 1))
     with pytest.raises(publish.PublishError, match="other columns than this mnistbench"):
+        run_publish(keep_published=True)
+    summary.write_text(good)
+    (project / "report" / "data" / "epochs.csv").write_text("")  # no header at all
+    with pytest.raises(publish.PublishError, match=r"epochs\.csv has other columns"):
+        run_publish(keep_published=True)
+    (project / "report" / "data" / "manifest.json").write_text("[]")
+    with pytest.raises(publish.PublishError, match="is not a JSON object"):
         run_publish(keep_published=True)

@@ -146,9 +146,12 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
                    for env, paths in env_configfiles.items()}
     kept = kept_environments(report, present) if keep_published else None
     all_env_configfiles = dict(env_configfiles)
+    all_env_configs = dict(env_configs)  # those of kept environments too: for the command
     if kept is not None:
-        all_env_configfiles.update({env: [Path(p) for p in paths]
-                                    for env, paths in kept.env_configfiles.items()})
+        for env, paths in kept.env_configfiles.items():
+            all_env_configfiles[env] = [Path(p) for p in paths]
+            all_env_configs[env] = load_config([*configfiles, *all_env_configfiles[env]],
+                                               config_schema)
         if log is not None:
             log(f"keeping {', '.join(kept.envs) or 'no environment'} as published")
     try:
@@ -193,10 +196,7 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
         render_args = {
             "results": f"{report_arg}/{DATA_DIR}",
             "cost_model": f"{report_arg}/{DATA_DIR}/{COST_MODEL}",
-            "command": reproduce_command(configfiles, all_env_configfiles, {
-                **{env: load_config([*configfiles, *paths], config_schema)
-                   for env, paths in all_env_configfiles.items() if env not in env_configs},
-                **env_configs}),
+            "command": reproduce_command(configfiles, all_env_configfiles, all_env_configs),
         }
         if log is not None:
             log(f"rendering {report / INDEX} from {staged}")
@@ -268,17 +268,20 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     data = report / DATA_DIR
     try:
         old = json.loads((data / MANIFEST).read_text(encoding="utf-8"))
-        summary = _summary_rows(data / aggregate.SUMMARY_CSV)
+        if not isinstance(old, dict):
+            raise ValueError(f"{data / MANIFEST} is not a JSON object")
+        with (data / aggregate.SUMMARY_CSV).open(encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            summary, header = list(reader), reader.fieldnames or []
         epochs = _table_rows(data / aggregate.EPOCHS_CSV)
         resources = _table_rows(data / aggregate.RESOURCES_CSV)
-        with (data / aggregate.SUMMARY_CSV).open(encoding="utf-8", newline="") as handle:
-            header = next(csv.reader(handle))
-    except (OSError, ValueError, StopIteration) as exc:
+    except (OSError, ValueError) as exc:
         raise PublishError(f"--keep-published: the publication in {report} cannot be read "
                            f"({exc}); publish without --keep-published.") from None
+    # An empty table has no header: other columns too.
     wanted = [("summary.csv", header, list(schema.summary_columns())),
-              ("epochs.csv", epochs[0], aggregate.epoch_columns()),
-              ("resources.csv", resources[0], aggregate.resource_columns())]
+              ("epochs.csv", (epochs or [[]])[0], aggregate.epoch_columns()),
+              ("resources.csv", (resources or [[]])[0], aggregate.resource_columns())]
     for name, has, writes in wanted:
         if list(has) != list(writes):
             raise PublishError(
