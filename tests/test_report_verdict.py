@@ -107,12 +107,9 @@ def test_the_committed_studys_verdict_is_honest_about_its_code(tmp_path):
     for device, kind in kinds[shown]:
         label = "the blog's code as written" if kind == "blog" else "this project's best code"
         name = "CPU" if device == "cpu" else "GPU"
-        here = cells[(cells["env"] == shown) & (cells["device"] == device)]
-        runs = [r.epoch_s_median for r in here.itertuples() if study.code_kind(
-            r.loader, r.implementation, r.allocator_loaded, r.workers) == kind]
         line = next(line for line in lines if line.startswith(f"{name}, {label}: "))
         assert float(line.split(": ")[1].removesuffix(" s")) == pytest.approx(
-            sorted(runs)[len(runs) // 2] if len(runs) % 2 else sum(runs) / len(runs), rel=0.01)
+            median(shown, device, kind), rel=0.01)
     for env_kinds in kinds.values():
         for (_, kind), cell in env_kinds.items():
             if kind == "blog":
