@@ -21,7 +21,8 @@ class FakeAccelerator:
     """The fake module. ``available``: what is_available() says; ``events``: whether it has
     an ``Event`` class; ``bf16``/``bf16_native``: its bf16 query with and without emulation;
     ``fp16``: ``get_device_properties(0).has_fp16``; ``peak_bytes``: what
-    max_memory_allocated() reports."""
+    max_memory_allocated() reports; ``clock``: what an event reads when recorded (seconds;
+    the host clock unless a test sets its own)."""
 
     def __init__(self, *, available: bool = True, events: bool = True, bf16: bool = True,
                  bf16_native: bool = True, fp16: bool = True, peak_bytes: int = 3 * 2**20):
@@ -29,6 +30,7 @@ class FakeAccelerator:
         self.peak_bytes = peak_bytes
         self.calls: Counter[str] = Counter()
         self.rng_state = object()
+        self.clock = time.perf_counter
         self.restored: list[object] = []
         if events:
             fake = self
@@ -44,7 +46,7 @@ class FakeAccelerator:
 
                 def record(self) -> None:
                     fake.calls["record"] += 1
-                    self.t = time.perf_counter()
+                    self.t = fake.clock()
 
                 def elapsed_time(self, end: Event) -> float:
                     return (end.t - self.t) * 1000.0  # ms, as torch's events
