@@ -344,3 +344,16 @@ def test_timed_work_outside_the_server_waits_while_it_starts(tmp_path, monkeypat
         finally:
             starting.kill()
     assert forkserver.wait_while_starting(wait_s=5)  # it has ended: nothing to wait for
+
+
+def test_a_server_between_exec_and_its_arguments_is_still_starting(monkeypatch):
+    """Right after exec its command line reads empty for a moment (CI stop 30 failed under
+    load when that counted as a reused pid): still starting; another command: not a server."""
+    monkeypatch.setenv(forkserver.FORKSERVER_SOCKET_VAR, "/nonexistent/socket")
+    monkeypatch.setenv(forkserver.FORKSERVER_SOCKET_VAR + "_PID", str(os.getpid()))  # alive
+    monkeypatch.setattr(forkserver, "_command_line", lambda pid: b"")
+    assert forkserver._server_starting() is True
+    assert not forkserver.wait_while_starting(wait_s=0.1)
+    monkeypatch.setattr(forkserver, "_command_line", lambda pid: b"python3\0-m\0http.server\0")
+    assert "is not a fork server" in forkserver._server_starting()
+    assert forkserver.wait_while_starting(wait_s=5)

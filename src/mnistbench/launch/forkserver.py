@@ -593,10 +593,21 @@ def _server_starting() -> bool | str:
         return ""
     if not _alive(pid):
         return f"its server process {pid} has ended"
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as handle:
-        if b"mnistbench.launch.forkserver" not in handle.read():  # the pid was reused
-            return f"process {pid} is not a fork server (its server has ended)"
+    command = _command_line(pid)
+    # Empty while the process is between exec and its new arguments (the kernel wakes the
+    # parent of a vfork, or of a close-on-exec pipe, before it sets them): still starting.
+    if command and b"mnistbench.launch.forkserver" not in command:  # the pid was reused
+        return f"process {pid} is not a fork server (its server has ended)"
     return True
+
+
+def _command_line(pid: int) -> bytes:
+    """/proc/PID/cmdline (NUL-separated arguments); empty where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
 
 
 def _read_message(reader) -> dict:
