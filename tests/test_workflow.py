@@ -340,7 +340,9 @@ def snakemake_only(tmp_path_factory) -> Path:
                     pytest.fail(f"pip install {SNAKEMAKE_PIN} failed:\n{proc.stdout[-3000:]}")
                 tail = " ".join(proc.stdout.split())[-400:]
                 skipped.write_text(f"pip cannot reach the registry for {SNAKEMAKE_PIN}: {tail}")
-            else:
+            else:  # its bytecode once, as scripts/setup does (PYTHONDONTWRITEBYTECODE=1 here)
+                subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-qq", "-j",
+                                "0", str(venv / "lib")], timeout=600, check=False)
                 done.write_text(SNAKEMAKE_PIN)
     if skipped.exists():
         pytest.skip(skipped.read_text())
@@ -427,6 +429,7 @@ def study(tmp_path_factory, tiny_mnist):
     config = tiny_config(tiny_mnist, workdir, devices=["cpu", "cuda"])
     config["experiments"]["convergence"]["epochs"] = 2
     config["experiments"]["sweep"]["precisions"] = ["fp32", "fp16"]
+    plant_limits(workdir, devices=("cpu", "cuda"))
     proc = snakemake(workdir, config, "--cores", "2", "--set-threads", "bench=1")
     assert proc.returncode == 0, proc.stdout
     return workdir, config, proc.stdout
@@ -567,6 +570,7 @@ def test_a_crashed_cell_fails_the_run_and_only_it_and_later_cells_rerun(tmp_path
     config["experiments"]["sweep"]["batch_sizes"] = [16, 32, 64]
     config["experiments"]["sweep"]["epochs"] = 4  # long enough to be killed while running (~1 s)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    plant_limits(tmp_path)
     command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path),
                "--configfile", str(tmp_path / "config.yaml"), "--cores", "2",
                "results/summary.csv"]
@@ -613,6 +617,7 @@ def test_two_concurrent_studies_share_the_machine_lock(tmp_path, tiny_mnist):
         config = tiny_config(tiny_mnist, workdir, lock_file=str(lock))
         config["experiments"]["convergence"]["enabled"] = False
         (workdir / "config.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+        plant_limits(workdir)
         command = [str(SNAKEMAKE), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
                    "--configfile", str(workdir / "config.yaml"), "--cores", "1",
                    "results/summary.csv"]
@@ -653,9 +658,16 @@ def fake_tiny_study(workdir: Path, env: str = ENV) -> None:
     trainer writes them (tests/fakes.py), so the workflow has only the tables to make."""
     make_study(workdir / "results" / "runs", envs=(env,), devices=("cpu",),
                precisions=("fp32",), loaders=("resident",), batch_sizes=(32,), repeats=1)
-    # Its limit too, so that no peak job runs (tests/test_workflow_scale.py runs real ones).
-    steps.write_peak_status(plan.peak_file(str(workdir / "results" / "runs"), env, "cpu"),
-                            "cpu", "failed", "a fake study measures no limit")
+    plant_limits(workdir, env=env)
+
+
+def plant_limits(workdir: Path, devices: tuple[str, ...] = ("cpu",), env: str = ENV) -> None:
+    """Write the limit records of ``devices`` (status failed, saying why) before a run, so that
+    no peak job runs in a test about something else: each costs a torch import and about 3 s
+    of timed matmuls (tests/test_workflow_scale.py runs real ones)."""
+    for device in devices:
+        steps.write_peak_status(plan.peak_file(str(workdir / "results" / "runs"), env, device),
+                                device, "failed", "this test measures no limit")
 
 
 def data_with_one_file_missing(dest: Path, real_mnist: Path, missing: str) -> dict[str, int]:
@@ -751,6 +763,7 @@ def test_tips_cells_run_with_their_own_settings_over_the_study_wide_ones(tmp_pat
     config["experiments"]["sweep"]["enabled"] = False
     config["experiments"]["tips"] = {"tips": ["workers=4", "tuned", "allocator"], "repeats": 1,
                                      "max_steps": 2, **TINY_EXPERIMENT}
+    plant_limits(tmp_path)
     proc = snakemake(tmp_path, config, "--cores", "2")
     assert proc.returncode == 0, proc.stdout
     cells = {s["params"]["tip"]: s for s in summaries(tmp_path).values()}
