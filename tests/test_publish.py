@@ -36,11 +36,37 @@ STUDY = {"devices": ["cpu"], "experiments": {
 FAKE = {"devices": ("cpu",), "precisions": ("fp32",), "loaders": ("resident",),
         "batch_sizes": (64,), "repeats": 1, "convergence_epochs": 2}
 GIT_ID = ["-c", "user.name=test", "-c", "user.email=test@example.org"]
+GIT_DATE = "2026-01-01T00:00:00Z"
+#: The charts drawn for each distinct set of tables in this test process (charts_once).
+CHARTS: dict[str, dict[str, bytes | None]] = {}
+
+
+@pytest.fixture(autouse=True)
+def charts_once(monkeypatch):
+    """Each distinct set of tables has its charts drawn once per test process, not at every
+    publish (about 2.5 s each): the charts are a function of the tables (a publication renders
+    again to the same bytes: test_published_report_renders_again_from_its_own_data), so the
+    same fake study published again gets the same PNGs. Tables that differ are drawn anew."""
+    draw = report.draw_charts
+
+    def drawn_once(tables: aggregate.Tables) -> dict[str, bytes | None]:
+        key = hashlib.sha256(b"\0".join(
+            frame.to_csv(index=False).encode()
+            for frame in (tables.summary, tables.epochs, tables.resources))).hexdigest()
+        if key not in CHARTS:
+            CHARTS[key] = draw(tables)
+        return CHARTS[key]
+
+    monkeypatch.setattr(report, "draw_charts", drawn_once)
 
 
 def git(root: Path, *args: str) -> str:
+    """``git ARGS`` in ``root``, its commits dated alike: the same files give the same
+    revision in every test, so the fake study's tables (its cells record the revision) are
+    the same too and their charts are drawn once (charts_once)."""
+    env = {**os.environ, "GIT_AUTHOR_DATE": GIT_DATE, "GIT_COMMITTER_DATE": GIT_DATE}
     return subprocess.run(["git", *GIT_ID, *args], cwd=root, capture_output=True, text=True,
-                          check=True, timeout=60).stdout.strip()
+                          check=True, timeout=60, env=env).stdout.strip()
 
 
 def set_env_field(runs: Path, key: str, value, where=lambda path: True) -> None:
