@@ -27,5 +27,5 @@ publish: setup
 lint: setup
 	scripts/lint
 
-test: setup
+test:
 	scripts/test
