@@ -597,33 +597,12 @@ class ResourceMonitor:
         been judged on that row alone (others -299.9 %, seen on a 2-core AVX2 machine)."""
         with self._lock:
             pairs = list(zip(self.rows, self._dts, strict=True))
-        cores = psutil.cpu_count() or 1
-        windows: list[list[float]] = []  # [sum of others × dt, start, end]
-        pending: list[float] | None = None
-        for row, dt in pairs:
-            if dt <= 0 or row["sys_cpu_pct"] is None or row["proc_cpu_pct"] is None:
-                continue
-            w_end = self._t0 + row["t_s"]  # each row covers (its time - dt, its time]
-            others_s = (row["sys_cpu_pct"] - row["proc_cpu_pct"] / cores) * dt
-            if pending is None:
-                pending = [others_s, w_end - dt, w_end]
-            else:
-                pending[0] += others_s
-                pending[2] = w_end
-            if pending[2] - pending[1] >= 0.5 * self.interval:
-                windows.append(pending)
-                pending = None
-        if pending is not None:  # a short remainder joins the last window
-            if windows:
-                windows[-1][0] += pending[0]
-                windows[-1][2] = pending[2]
-            else:
-                windows.append(pending)
         overlapping = []
-        for others_s, w_start, w_end in windows:
-            overlap = min(end, w_end) - max(start, w_start)
+        for window, dt in _windows(_others(pairs), "others", 0.5 * self.interval):
+            w_end = self._t0 + window["t_s"]  # each window covers (its time - dt, its time]
+            overlap = min(end, w_end) - max(start, w_end - dt)
             if overlap > 0:
-                overlapping.append(({"others": others_s / (w_end - w_start)}, overlap))
+                overlapping.append((window, overlap))
         return _weighted_mean(overlapping, "others")
 
 
@@ -631,8 +610,8 @@ def _others(pairs: Sequence[tuple[dict[str, Any], float]]) -> list[tuple[dict, f
     """(row, weight) pairs of what other processes used: the system's busy share less this
     cell's own, in % of all cores, for rows with both figures."""
     cores = psutil.cpu_count() or 1
-    return [({"others": r["sys_cpu_pct"] - r["proc_cpu_pct"] / cores}, w) for r, w in pairs
-            if r["sys_cpu_pct"] is not None and r["proc_cpu_pct"] is not None]
+    return [({"others": r["sys_cpu_pct"] - r["proc_cpu_pct"] / cores, "t_s": r["t_s"]}, w)
+            for r, w in pairs if r["sys_cpu_pct"] is not None and r["proc_cpu_pct"] is not None]
 
 
 #: % of all cores that other processes may use on average while a cell is timed before the
@@ -654,24 +633,29 @@ def _weighted_mean(pairs: Sequence[tuple[dict[str, Any], float]], key: str) -> f
 def _windows(pairs: Sequence[tuple[dict[str, Any], float]], key: str,
              min_dt: float) -> list[tuple[dict[str, Any], float]]:
     """Consecutive rows merged (time-weighted) until each window covers at least ``min_dt``
-    seconds; a short remainder joins the last window. Rows without a value are skipped."""
-    windows: list[tuple[float, float]] = []  # (sum of value × dt, sum of dt)
-    acc_v = acc_dt = 0.0
+    seconds; a short remainder joins the last window. Rows without a value are skipped. Each
+    window keeps the ``t_s`` of its last row, where rows have one: it ends there."""
+    windows: list[list[Any]] = []  # [sum of value × dt, sum of dt, t_s of the last row]
+    acc: list[Any] | None = None
     for r, dt in pairs:
         if r[key] is None or dt <= 0:
             continue
-        acc_v += r[key] * dt
-        acc_dt += dt
-        if acc_dt >= min_dt:
-            windows.append((acc_v, acc_dt))
-            acc_v = acc_dt = 0.0
-    if acc_dt > 0:
+        if acc is None:
+            acc = [0.0, 0.0, None]
+        acc[0] += r[key] * dt
+        acc[1] += dt
+        acc[2] = r.get("t_s")
+        if acc[1] >= min_dt:
+            windows.append(acc)
+            acc = None
+    if acc is not None:
         if windows:
-            v, d = windows.pop()
-            windows.append((v + acc_v, d + acc_dt))
+            windows[-1][0] += acc[0]
+            windows[-1][1] += acc[1]
+            windows[-1][2] = acc[2]
         else:
-            windows.append((acc_v, acc_dt))
-    return [({key: v / d}, d) for v, d in windows]
+            windows.append(acc)
+    return [({key: v / d, "t_s": t_s}, d) for v, d, t_s in windows]
 
 
 def _peak(pairs: Sequence[tuple[dict[str, Any], float]], key: str) -> float | None:
