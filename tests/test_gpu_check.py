@@ -42,7 +42,8 @@ def gpu_check(tmp_path: Path, plan_file: Path, mirror: Path, budget: int) -> Pat
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "DEVICE": "cpu",
            "PLAN": str(plan_file), "MIRROR": str(mirror), "DATA": str(tmp_path / "mnist"),
-           "CELL_ARGS": TINY, "BUDGET": str(budget), "MNISTBENCH_ENV": "gpu-check-test"}
+           "CELL_ARGS": TINY, "BUDGET": str(budget), "MNISTBENCH_ENV": "gpu-check-test",
+           "KEEP": str(tmp_path / "no-earlier-run")}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check")], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -150,3 +151,44 @@ def test_cells_the_budget_leaves_out_are_listed_not_started(tmp_path) -> None:
     assert "a cell like it took 40 s" in runner.not_run[1]
     with pytest.raises(Exception, match="EXPERIMENT/DEVICE/LOADER"):
         gpu_study.expectation("sweep=4")
+
+
+def test_an_earlier_leases_ok_cells_and_limit_are_kept_not_run_again(tmp_path) -> None:
+    """A second lease continues where the first stopped: a cell or limit whose record in the
+    runs folder says ok is kept, and the same cell at another repeat is expected to take what
+    the kept one took (its summary's span, plus the process's start), not the first guess."""
+    gpu_study = gpu_study_module()
+    (tmp_path / "two.yaml").write_text(
+        "experiments:\n  convergence: {repeats: 2, loaders: [resident]}\n"
+        "  sweep: {enabled: false}\n  tips: {enabled: false}\n  scale: {enabled: false}\n")
+    config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/quick.yaml",
+                                  tmp_path / "two.yaml").read_text())
+    matrix = plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1)
+    first, second = matrix.cells
+    assert (first.repeat, second.repeat) == (0, 1)
+    runs = tmp_path / "work" / "runs"
+    kept = Path(first.folder(str(runs)))
+    kept.mkdir(parents=True)
+    (kept / "summary.json").write_text(json.dumps(
+        {"status": "ok", "timing": {"start_unix": 100.0, "end_unix": 109.0}}))
+    limit = Path(plan.peak_file(str(runs), "gpu-check-test", "cpu"))
+    limit.parent.mkdir(parents=True, exist_ok=True)
+    limit.write_text(json.dumps({"status": "ok", "rows": []}))
+    args = argparse.Namespace(budget=11.0, runs=runs, out=tmp_path / "out", extra="",
+                              cell_timeout=60.0, data=tmp_path / "mnist", expect=[])
+    args.out.mkdir()
+    runner = gpu_study.Runner(args, config, "gpu-check-test")
+    started = []
+    runner.mnistbench = lambda argv, timeout, log: started.append(argv) or 0
+    runner.peak(matrix, plan, "cpu")
+    runner.cell(first)
+    runner.cell(second)  # like the kept one: 9 + 1 s, and 1.2 x 10 s > the 11 s budget
+    assert started == []
+    assert runner.kept == 1
+    assert [line.split(":")[0] for line in runner.not_run] == [f"convergence/{second.id}"]
+    assert "a cell like it took 10 s" in runner.not_run[0]
+    args.budget = 13.0  # now it fits
+    runner.not_run.clear()
+    runner.cell(second)
+    assert [argv[0] for argv in started] == ["train"] and runner.not_run != []  # no summary
+    assert "no summary" in runner.not_run[0]
