@@ -305,41 +305,41 @@ def test_invalid_config_stops_before_anything_runs(tmp_path, tiny_mnist):
 SNAKEMAKE_PIN = next(line.split("#")[0].strip() for line in
                      (REPO / "envs" / "pip" / "dev.txt").read_text().splitlines()
                      if line.startswith("snakemake=="))
-#: What pip says when it cannot reach the registry (then the tests skip).
-UNREACHABLE = ("NewConnectionError", "Failed to establish a new connection", "Max retries",
-               "Temporary failure in name resolution", "Network is unreachable",
-               "ConnectTimeout", "ProxyError",
-               f"Could not find a version that satisfies the requirement {SNAKEMAKE_PIN}",
-               f"No matching distribution found for {SNAKEMAKE_PIN}")
+#: What uv says when it cannot reach the registry (then the tests skip).
+UNREACHABLE = ("Failed to fetch", "error sending request", "dns error", "Network is unreachable",
+               "Connection refused", "operation timed out", "tcp connect error",
+               f"Because {SNAKEMAKE_PIN.split('==')[0]} was not found in the package registry")
 
 
 @pytest.fixture(scope="session")
 def snakemake_only(tmp_path_factory) -> Path:
     """bin/ of a venv holding only the pinned snakemake and what it depends on (no mnistbench,
-    no numpy), made with `python -m venv` and `pip install` from the registry once per session
-    and shared by pytest-xdist's workers (a lock file). Skips, with pip's reason, where pip
-    cannot reach the registry."""
+    no numpy), made with uv (envs/pip/dev.txt: scripts/setup's installer, whose cache holds
+    Snakemake's dependencies by then) from the registry once per session and shared by
+    pytest-xdist's workers (a lock file). Skips, with uv's reason, where uv cannot reach the
+    registry."""
     base = tmp_path_factory.getbasetemp()  # under pytest-xdist: popen-gwN of the session's
     root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "snakemake-only"
     root.mkdir(exist_ok=True)
     venv, done, skipped = root / "venv", root / "done", root / "skipped"
+    uv = [sys.executable, "-m", "uv"]
     with (root / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists() and not skipped.exists():
             shutil.rmtree(venv, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300,
-                           capture_output=True)
+            subprocess.run([*uv, "venv", "--quiet", "--python", sys.executable, str(venv)],
+                           check=True, timeout=300, capture_output=True,
+                           env=clean_environment())
             proc = subprocess.run(
-                [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                 "--disable-pip-version-check", "--no-compile", "--retries", "1", "--timeout",
-                 "30",
+                [*uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
                  SNAKEMAKE_PIN], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                timeout=900, env=clean_environment(), check=False)
+                timeout=900, env={**clean_environment(), "UV_HTTP_TIMEOUT": "30"},
+                check=False)
             if proc.returncode != 0:
                 if not any(sign in proc.stdout for sign in UNREACHABLE):
-                    pytest.fail(f"pip install {SNAKEMAKE_PIN} failed:\n{proc.stdout[-3000:]}")
+                    pytest.fail(f"uv pip install {SNAKEMAKE_PIN} failed:\n{proc.stdout[-3000:]}")
                 tail = " ".join(proc.stdout.split())[-400:]
-                skipped.write_text(f"pip cannot reach the registry for {SNAKEMAKE_PIN}: {tail}")
+                skipped.write_text(f"uv cannot reach the registry for {SNAKEMAKE_PIN}: {tail}")
             else:  # its bytecode once, as scripts/setup does (PYTHONDONTWRITEBYTECODE=1 here)
                 subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-qq", "-j",
                                 "0", str(venv / "lib")], timeout=600, check=False)
