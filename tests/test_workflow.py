@@ -333,7 +333,8 @@ def snakemake_only(tmp_path_factory) -> Path:
             proc = subprocess.run(
                 [*uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
                  SNAKEMAKE_PIN], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                timeout=900, env={**clean_environment(), "UV_HTTP_TIMEOUT": "30"},
+                timeout=900, env={**clean_environment(), "UV_HTTP_TIMEOUT": "30",
+                                  **uv_certificates()},
                 check=False)
             if proc.returncode != 0:
                 if not any(sign in proc.stdout for sign in UNREACHABLE):
@@ -347,6 +348,13 @@ def snakemake_only(tmp_path_factory) -> Path:
     if skipped.exists():
         pytest.skip(skipped.read_text())
     return venv / "bin"
+
+
+def uv_certificates() -> dict[str, str]:
+    """SSL_CERT_FILE for uv: pip's certificate bundle where PIP_CERT names one and
+    SSL_CERT_FILE does not (as scripts/setup gives uv; uv's own roots lack a proxy's CA)."""
+    cert = os.environ.get("PIP_CERT", "")
+    return {"SSL_CERT_FILE": cert} if cert and not os.environ.get("SSL_CERT_FILE") else {}
 
 
 def clean_environment(bindir: Path | None = None) -> dict[str, str]:
