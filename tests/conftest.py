@@ -51,7 +51,10 @@ def no_gpu_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Implement the ``gpu`` marker: skip the marked tests where torch sees no CUDA GPU."""
+    """Implement the ``first`` marker: those tests move to the front (so pytest-xdist's first
+    worker starts with them, and the longest test never ends the run alone), in their order;
+    and the ``gpu`` marker: skip the marked tests where torch sees no CUDA GPU."""
+    items.sort(key=lambda item: item.get_closest_marker("first") is None)  # stable
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return

@@ -107,7 +107,7 @@ def test_the_fork_server_serves_its_allocator_and_refuses_another(tmp_path, tiny
     glibc cell differs in LD_PRELOAD, is refused and runs as its own process, recording
     glibc."""
     handle = forkserver.spawn(python=sys.executable, log=tmp_path / "fs.log",
-                              allocator="jemalloc")
+                              allocator="jemalloc", loaders=["resident"])
     try:
         assert handle.wait_ready()
         cell_env = {**os.environ, **handle.environment()}

@@ -31,10 +31,11 @@ TINY = ["--max-steps", "2", "--test-limit", "64", "--warmup-steps", "1", "--batc
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """A fork server started the way the workflow starts it (without the thread variables)."""
+    """A fork server started the way the workflow starts it (without the thread variables)
+    for a study whose cells hold their data in memory (so without torchvision)."""
     log = tmp_path_factory.mktemp("forkserver") / "server.log"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}
-    handle = forkserver.spawn(log=log, env=env)
+    handle = forkserver.spawn(log=log, env=env, loaders=["resident"])
     assert handle.wait_ready(), log.read_text()
     yield handle
     handle.stop()
@@ -62,6 +63,15 @@ def train(tmp_path: Path, data: Path, env: dict, *extra: str, name: str = "cell"
     return proc, out
 
 
+def test_preloads_torchvision_only_for_the_dataloader() -> None:
+    """The blog's DataLoader needs torchvision; cells holding their data in memory do not."""
+    both = forkserver.PRELOAD + forkserver.DATALOADER_PRELOAD
+    assert forkserver.preload_modules(["resident"]) == forkserver.PRELOAD
+    assert forkserver.preload_modules(["resident", "dataloader"]) == both
+    assert forkserver.preload_modules(None) == both  # unknown: any loader
+    assert "torchvision.datasets" in forkserver.DATALOADER_PRELOAD
+
+
 def summary(out: Path) -> dict:
     """The cell's summary.json."""
     return json.loads((out / schema.SUMMARY_FILE).read_text())
@@ -86,6 +96,17 @@ def test_forked_cell_matches_a_new_process_cell(tmp_path, tiny_mnist, server):
     assert sorted(p.name for p in forked.iterdir()) == sorted(p.name for p in plain.iterdir())
     assert 0 < a["timing"]["startup_s"] < b["timing"]["startup_s"]
     assert "fork server" not in (tmp_path / "forked.log").read_text()
+
+
+def test_a_dataloader_cell_of_a_server_without_torchvision_imports_it_itself(tmp_path,
+                                                                            tiny_mnist, server):
+    """A cell of the blog's DataLoader served by a server that left torchvision out (its
+    study said every cell holds its data in memory) still runs forked, and ends ok."""
+    proc, out = train(tmp_path, tiny_mnist, _env(server), "--loader", "dataloader")
+    assert proc.returncode == 0, (tmp_path / "cell.log").read_text()
+    result = summary(out)
+    assert result["env"]["launch"] == "fork-server"
+    assert result["params"]["loader"] == "dataloader" and result["status"] == "ok"
 
 
 def test_exit_codes_and_streams_pass_through(tmp_path, tiny_mnist, server):
@@ -157,8 +178,8 @@ def test_server_ends_with_its_parent(tmp_path):
     """A server whose parent process is killed outright stops serving and removes its socket
     and its private /tmp/mnistbench-fs-* folder."""
     script = ("import sys, time; from mnistbench.launch import forkserver; "
-              "h = forkserver.spawn(); print(h.process.pid, h.path, flush=True); "
-              "time.sleep(60)")
+              "h = forkserver.spawn(loaders=['resident']); "
+              "print(h.process.pid, h.path, flush=True); time.sleep(60)")
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     pid, path = parent.stdout.readline().split()
     deadline = time.monotonic() + 60
@@ -197,7 +218,8 @@ def _env_without_threads() -> dict[str, str]:
 def test_killing_the_server_ends_its_cell(tmp_path, tiny_mnist):
     """A cell dies with its SIGKILLed server even while its client cannot act, writes no
     summary later, and its client then exits 1 saying why."""
-    handle = forkserver.spawn(log=tmp_path / "server.log", env=_env_without_threads())
+    handle = forkserver.spawn(log=tmp_path / "server.log", env=_env_without_threads(),
+                              loaders=["resident"])
     proc = None
     try:
         assert handle.wait_ready(), (tmp_path / "server.log").read_text()

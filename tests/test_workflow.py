@@ -481,6 +481,9 @@ def test_study_runs_every_cell_to_the_aggregated_tables(study):
     pids = re.findall(r"fork server (\d+): serving", server_log)
     assert len(pids) == 1 and "stopped" in server_log, server_log
     assert not psutil.pid_exists(int(pids[0]))  # ended with the Snakemake run
+    # Every cell holds its data in memory: the server left torchvision (the DataLoader's) out.
+    assert "imported mnistbench.measure.entry" in server_log, server_log
+    assert "torchvision" not in server_log, server_log
 
 
 @pytest.mark.slow
@@ -786,5 +789,8 @@ def test_tips_cells_run_with_their_own_settings_over_the_study_wide_ones(tmp_pat
     assert cells["workers=4"]["params"]["workers"] == 4
     assert cells["tuned"]["params"]["implementation"] == "tuned"
     assert cells["allocator"]["params"]["allocator"] == "auto"
+    # The baseline is the blog's DataLoader: the fork server imported torchvision for it.
+    server_log = (tmp_path / "results" / "logs" / "forkserver.log").read_text()
+    assert "torchvision.datasets" in server_log, server_log
     html = (tmp_path / "results" / "report" / "index.html").read_text()
     assert "tips pay off" in html and "workers=4" in html

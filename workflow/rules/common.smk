@@ -102,21 +102,24 @@ START_HOOKS.append(check_software)
 FORK_SERVER = {}
 
 
-def bench_jobs_pending():
-    """Whether this execution will run a bench job (the fork server's only clients); True
-    where this Snakemake cannot say."""
+def pending_loaders():
+    """The loaders of the bench jobs (the fork server's only clients) this execution will
+    run; None where this Snakemake cannot say."""
     try:
-        return any(job.rule.name == "bench" for job in workflow.dag.needrun_jobs())
+        jobs = workflow.dag.needrun_jobs()
+        return {cell(job.wildcards).loader for job in jobs if job.rule.name == "bench"}
     except AttributeError:
-        return True
+        return None
 
 
 def start_fork_server():
     # Not for an execution without cells (the tables, the report, a fetch): the server's
-    # import of torch would cost seconds for nothing.
+    # import of torch would cost seconds for nothing. It imports torchvision only for cells
+    # of the blog's DataLoader (forkserver.preload_modules).
+    loaders = pending_loaders()
     if (
         not plan.wants_fork_server(config, workflow.local_exec, CONDA)
-        or not bench_jobs_pending()
+        or loaders == set()
     ):
         return
     log = Path(RESULTS, "logs", "forkserver.log")
@@ -130,6 +133,7 @@ def start_fork_server():
         log=log,
         env=plan.cell_environment(os.environ),
         allocator=config["allocator"],
+        loaders=loaders,
     )
     FORK_SERVER["handle"] = handle
     os.environ.update(handle.environment())  # inherited by every job of this execution

@@ -56,6 +56,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,9 +74,12 @@ from mnistbench.core.envvars import FORKSERVER_SOCKET_VAR, LAUNCH_VAR, PROCESS_S
 LOAD_TIME_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "VECLIB_",
                       "NUMEXPR_", "LD_", "PYTHON", "MALLOC_", "GLIBC_", "TORCH_", "PYTORCH_",
                       "CUDA_", "NCCL_", "NVIDIA_", "DNNL_", "ONEDNN_", "ATEN_")
-#: Modules the server imports before it serves (everything `mnistbench train` imports).
-PRELOAD = ("mnistbench.measure.entry", "mnistbench.measure.train", "psutil",
-           "torchvision.datasets", "torchvision.transforms")
+#: Modules the server imports before it serves (everything `mnistbench train` imports) ...
+PRELOAD = ("mnistbench.measure.entry", "mnistbench.measure.train", "psutil")
+#: ... and, where a cell it serves uses the blog's pipeline (loader ``dataloader``), what that
+#: pipeline imports: torchvision, about 2 s more on 2 cores (most of it torch._dynamo, which
+#: torchvision.ops imports). A cell of that loader from a server without them imports them itself.
+DATALOADER_PRELOAD = ("torchvision.datasets", "torchvision.transforms")
 _HEADER = struct.Struct("!I")  # length of the JSON request that follows, in bytes
 _MAX_REQUEST = 1 << 20  # bytes
 _KILL_GRACE_S = 5.0  # s between SIGTERM and SIGKILL for a cell whose client vanished
@@ -88,6 +92,13 @@ _PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h): the signal a process gets
 
 class ServerError(Exception):
     """A fork server that cannot serve: one paragraph naming the path and the fix."""
+
+
+def preload_modules(loaders: Iterable[str] | None = None) -> tuple[str, ...]:
+    """What a server imports before it serves cells of ``loaders`` (None: of any loader)."""
+    if loaders is None or "dataloader" in loaders:
+        return PRELOAD + DATALOADER_PRELOAD
+    return PRELOAD
 
 
 def load_time_environment(env: dict[str, str]) -> dict[str, str]:
@@ -112,6 +123,7 @@ class Server:
     parent_pid: int | None = None
     idle_timeout: float = 0.0  # s without cells before the server ends; 0: never
     remove_folder: bool = False  # remove the socket's folder (made for this server) at the end
+    loaders: tuple[str, ...] | None = None  # the loaders of the cells it serves; None: any
     cells: dict[int, _Cell] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)  # its load-time variables
 
@@ -131,13 +143,14 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, lambda signum, frame: stopping.append(signum))
         started = time.perf_counter()
-        for name in PRELOAD:
+        modules = preload_modules(self.loaders)
+        for name in modules:
             __import__(name)
         # The digest of the code just loaded, once: every forked cell inherits it (cached)
         # instead of parsing the measuring code again in its own start-up.
         provenance.running_code_digest()
         self.environment = load_time_environment(dict(os.environ))
-        _log(f"imported {', '.join(PRELOAD)} in {time.perf_counter() - started:.2f} s")
+        _log(f"imported {', '.join(modules)} in {time.perf_counter() - started:.2f} s")
         _libc()  # loaded before any fork, so that a cell only calls it
         listener = _bind(self.path)
         selector = selectors.DefaultSelector()
@@ -675,15 +688,17 @@ class Handle:
 
 def spawn(python: str | None = None, log: Path | None = None,
           env: dict[str, str] | None = None, idle_timeout: float = 0.0,
-          allocator: str = "auto") -> Handle:
+          allocator: str = "auto", loaders: Iterable[str] | None = None) -> Handle:
     """Start a server as a child of this process, in a private temporary folder; returns at
     once (clients wait for it while it imports). It ends when this process ends, and removes
     its folder then; the folders of earlier servers killed with their owner are removed here.
 
     The server runs with ``allocator``'s library preloaded, as a ``train`` client asking for
     it has it (mnistbench.core.cpuruntime.ensure_allocator), so their load-time environments match;
-    a client asking for another allocator is refused and runs the cell itself. Raises
-    cpuruntime.AllocatorError when the allocator is not installed."""
+    a client asking for another allocator is refused and runs the cell itself. ``loaders``:
+    those of the cells it will serve, which decide what it imports first
+    (:func:`preload_modules`; None: any loader). Raises cpuruntime.AllocatorError when the
+    allocator is not installed."""
     _, library = cpuruntime.resolve(allocator)
     env = cpuruntime.preload_environment(os.environ if env is None else env, library)
     with contextlib.suppress(OSError):
@@ -694,6 +709,8 @@ def spawn(python: str | None = None, log: Path | None = None,
                "--socket", str(path),
                "--parent-pid", str(os.getpid()), "--idle-timeout", str(idle_timeout),
                "--remove-folder"]
+    if loaders is not None:
+        command += ["--loaders", ",".join(sorted(set(loaders)))]
     output = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - handed to Popen
     try:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=output,
@@ -747,10 +764,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="end after this many seconds without cells (0: never)")
     parser.add_argument("--remove-folder", action="store_true",
                         help="remove the socket's folder (made for this server) at the end")
+    parser.add_argument("--loaders", default=None,
+                        help="comma-separated loaders of the cells it will serve, which decide "
+                             "what it imports first (default: any)")
     args = parser.parse_args(argv)
+    loaders = None if args.loaders is None else tuple(filter(None, args.loaders.split(",")))
     try:
         return Server(args.socket, args.parent_pid, args.idle_timeout,
-                      remove_folder=args.remove_folder).serve()
+                      remove_folder=args.remove_folder, loaders=loaders).serve()
     except ServerError as exc:
         print(f"mnistbench fork server: error: {exc}", file=sys.stderr, flush=True)
         return 2
