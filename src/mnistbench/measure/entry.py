@@ -19,11 +19,11 @@ it, but ``--json`` still prints its object.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
 from mnistbench.core import options, schema
+from mnistbench.core.figures import seconds
 from mnistbench.measure import train
 
 #: The summary's fields that ``--json`` prints: the cell's identity and settings (params), and
@@ -99,18 +99,6 @@ def _number(value) -> float | None:
     return float(value)
 
 
-def _seconds(value) -> str:
-    """Seconds to three significant digits, trailing zeros kept (26.0, 3.90, 0.518), one
-    decimal from 100 s on (as ``mnistbench table`` prints them)."""
-    value = _number(value)
-    if value is None:
-        return "–"
-    if value <= 0:
-        return f"{value:.1f}"
-    rounded = float(f"{value:.3g}")  # the magnitude after rounding: 9.999 -> 10.0
-    return f"{value:.{min(6, max(1, 2 - math.floor(math.log10(rounded))))}f}"
-
-
 def result_line(summary: dict, path: Path) -> str:
     """One line: the status, the median s/epoch, the samples/s, the final test accuracy and
     the summary's path, e.g. ``mnistbench train: ok: 2.35 s/epoch (median of 3 epochs), 25,600
@@ -127,7 +115,7 @@ def result_line(summary: dict, path: Path) -> str:
         # the trainer's medians leave disturbed epochs out (all of them: none is left out)
         quiet = epochs - int(disturbed)
         of = f" (median of the {quiet} quiet epoch{'' if quiet == 1 else 's'} of {epochs})"
-    figures = (f"{_seconds(results.get('epoch_s_median'))} s/epoch{of}, "
+    figures = (f"{seconds(_number(results.get('epoch_s_median')))} s/epoch{of}, "
                f"{'–' if rate is None else f'{rate:,.0f}'} samples/s, final test accuracy "
                f"{'–' if accuracy is None else f'{accuracy:.2f} %'}")
     return f"mnistbench train: {status}: {figures}; summary {path}"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mnistbench.core import study
+from mnistbench.core.figures import seconds
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 
 SUMMARY_CSV = "summary.csv"
@@ -191,18 +192,7 @@ def build(rows: Iterable[Mapping[str, str]], envs: Sequence[str] = (),
 
 
 # ---------------------------------------------------------------------------------------------
-# Formatting
-def seconds(value: float | None) -> str:
-    """Seconds to three significant digits, trailing zeros kept (26.0, 3.90, 0.518), one
-    decimal from 100 s on; ``–`` for none."""
-    if value is None:
-        return "–"
-    if value <= 0:
-        return f"{value:.1f}"
-    rounded = float(f"{value:.3g}")  # the magnitude after rounding: 9.999 -> 10.0
-    return f"{value:.{min(6, max(1, 2 - math.floor(math.log10(rounded))))}f}"
-
-
+# Formatting (durations: mnistbench.core.figures.seconds)
 def _markdown_figure(column: str, value: float | None) -> str:
     if value is None:
         return "–"
