@@ -313,12 +313,6 @@ DERIVED_FIELDS: dict[str, tuple[str, str]] = {
 }
 
 
-#: How far past its environment's measured limit a cell's training may run before the limit
-#: is refused as no limit (mnistbench.results.aggregate.refuse_impossible_limits): the
-#: training's own kernels may beat the two the peak step times, but not by this much (a limit
-#: timed while something else used the cores, e.g.).
-LIMIT_SLACK = 1.25
-
 #: Columns the aggregate step joins to each ok cell from its environment's measured limit of
 #: its device (``runs/{env}/peak/{device}.json``; mnistbench.results.aggregate), after the
 #: derived ones in summary.csv; empty where there is no measured limit at the cell's precision.
@@ -330,9 +324,7 @@ LIMIT_FIELDS: dict[str, tuple[str, str]] = {
                      "@ 1024x1024"),
     "limit_share_pct": ("%", "achieved_gflops / limit_gflops x 100: the share of the measured "
                         "limit the cell's training sustained (may pass 100 where the "
-                        "training's own kernels beat the timed ones; past "
-                        f"{LIMIT_SLACK * 100:.0f} the limit is refused, its four columns "
-                        "left empty and limit_source says why)"),
+                        "training's own kernels beat the timed ones)"),
     "limit_source": ("", "where limit_gflops came from, e.g. measured: runs/ENV/peak/cpu.json, "
                      "2 threads"),
 }

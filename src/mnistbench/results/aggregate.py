@@ -222,18 +222,24 @@ def _limit_file(runs_name: str, env: object, device: object) -> str:
     return f"{runs_name}/{env}/{schema.PEAK_DIR}/{schema.peak_file(str(device))}"
 
 
+#: How far past its environment's measured limit a cell's training may run before the limit
+#: is refused as no limit: the training's own kernels may beat the two the peak step times,
+#: but not by this much (a limit timed while something else used the cores, e.g.).
+LIMIT_SLACK = 1.25
+
+
 def refuse_impossible_limits(rows: list[dict], runs_name: str = "runs") -> list[str]:
     """Empty the limit columns of every row of an (env, device, precision) where some cell ran
-    faster than :data:`mnistbench.core.schema.LIMIT_SLACK` x the measured limit: that figure
-    cannot be the device's limit, so no share of it is shown; ``limit_source`` says why and how
-    to measure again. Returns one warning per limit refused."""
+    faster than :data:`LIMIT_SLACK` x the measured limit: that figure cannot be the device's
+    limit, so no share of it is shown; ``limit_source`` says why and how to measure again.
+    Returns one warning per limit refused."""
     worst: dict[tuple, dict] = {}
     for row in rows:
         limit, achieved = row.get("limit_gflops"), row.get("achieved_gflops")
         if not isinstance(limit, float | int) or not isinstance(achieved, float | int):
             continue
         key = (row.get("env"), row.get("device"), row.get("precision"))
-        if achieved > schema.LIMIT_SLACK * limit and achieved > worst.get(key, {}).get(
+        if achieved > LIMIT_SLACK * limit and achieved > worst.get(key, {}).get(
                 "achieved_gflops", 0):
             worst[key] = row
     warnings = []
