@@ -2,7 +2,7 @@
 dropout and their backward), in one run: each variant trains the same steps on the same batch,
 alternating, and the ratio to the current formulation is printed with the ISA named.
 
-Variants (all compute ``Net``'s function with the same random stream; tests/test_model.py
+Variants (all compute ``Net``'s function with the same random stream; tests/measure/test_model.py
 checks that):
 - ``current``: ``relu(max_pool(conv2))``, flatten, ``bit_dropout``;
 - ``fused``: ``max_pool(conv2)``, flatten, ``relu_bit_dropout`` (ReLU and dropout in one pass

@@ -6,7 +6,7 @@
 #     --build-arg CREATED="$(date -u +%Y-%m-%dT%H:%M:%SZ)" .
 #
 # docker/cuda.Dockerfile is this file with other defaults on the lines marked "(variant)";
-# tests/test_docker.py checks that the two stay identical everywhere else.
+# tests/workflow/test_docker.py checks that the two stay identical everywhere else.
 #
 # Stages: base (base image + python3, setpriv, tini, the unprivileged user and an empty
 # virtual environment) -> package (builds the mnistbench wheel) -> the image (base + the pinned

@@ -15,7 +15,7 @@
 #     -v "$PWD/resources:/work/resources" mnistbench:rocm
 #
 # This file is docker/cpu.Dockerfile with other defaults on the lines marked "(variant)";
-# tests/test_docker.py checks that they stay identical everywhere else.
+# tests/workflow/test_docker.py checks that they stay identical everywhere else.
 #
 # Stages: base (base image + python3, setpriv, tini, the unprivileged user and an empty
 # virtual environment) -> package (builds the mnistbench wheel) -> the image (base + the pinned

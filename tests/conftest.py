@@ -91,12 +91,12 @@ def real_mnist(real_mnist_mirror: Path, tmp_path_factory: pytest.TempPathFactory
     return dest
 
 
-# The report tests' studies (tests/test_report_studies.py builds each once per process): one
+# The report tests' studies (tests/report/test_report_studies.py builds each once per process): one
 # fixture each, shared by every report test module.
 @pytest.fixture(scope="session")
 def full(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A GPU study with three repeats, an oom and a failed cell, rendered with its charts."""
-    import test_report_studies
+    from tests.report import test_report_studies
 
     return test_report_studies.full(tmp_path_factory)
 
@@ -104,7 +104,7 @@ def full(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="session")
 def tenfold(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A GPU study at the blog's full settings with tips cells and one busy CPU repeat."""
-    import test_report_studies
+    from tests.report import test_report_studies
 
     return test_report_studies.tenfold(tmp_path_factory)
 
@@ -112,7 +112,7 @@ def tenfold(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="session")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The quick study's shape on a machine without a GPU."""
-    import test_report_studies
+    from tests.report import test_report_studies
 
     return test_report_studies.quick(tmp_path_factory)
 
@@ -120,6 +120,6 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.fixture(scope="session")
 def blogcode(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A GPU study whose convergence holds the blog's code and this project's best."""
-    import test_report_studies
+    from tests.report import test_report_studies
 
     return test_report_studies.blogcode(tmp_path_factory)

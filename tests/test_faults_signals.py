@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from fakes import make_study
 
 from mnistbench import cli
 from mnistbench.core import atomic
 from mnistbench.data import files
 from mnistbench.data import mnist as data
 from mnistbench.results import aggregate, archive
+from tests.fakes import make_study
 
 ENV = "alpha"
 SMALL = {"devices": ("cpu",), "precisions": ("fp32",), "loaders": ("resident",),

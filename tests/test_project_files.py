@@ -73,10 +73,19 @@ MAX_LINES = 800
 
 def test_no_file_of_code_is_over_800_lines():
     """Every Python module, test, script and rule file has at most MAX_LINES lines."""
-    files = [*ROOT.glob("src/**/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("benchmarks/*.py"),
+    files = [*ROOT.glob("src/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py"),
              *ROOT.glob("workflow/rules/*.smk"), ROOT / "Snakefile",
              *(p for p in ROOT.glob("scripts/*") if p.is_file() and p.suffix != ".txt")]
     assert len(files) > 100
     long = {str(p.relative_to(ROOT)): n for p in files
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}, f"over {MAX_LINES} lines: split them by what they do"
+
+
+def test_tests_mirror_the_subpackages():
+    """tests/ has a folder per subpackage of src/mnistbench (its unit tests), and each test
+    folder is one of those or a part of the project outside src/ (workflow/, benchmarks/)."""
+    subpackages = {p.parent.name for p in ROOT.glob("src/mnistbench/*/__init__.py")}
+    folders = {p.parent.name for p in ROOT.glob("tests/*/__init__.py")}
+    assert subpackages <= folders, f"no test folder for {sorted(subpackages - folders)}"
+    assert folders - subpackages <= {"workflow", "benchmarks"}, sorted(folders - subpackages)

@@ -15,15 +15,15 @@ import subprocess
 import time
 from pathlib import Path
 
-import fakes
 import pytest
 import yaml
-from fakes import make_study
 
 from mnistbench import __version__, cli, publish
 from mnistbench.core import atomic, provenance, schema
 from mnistbench.report import render as report
 from mnistbench.results import aggregate, archive, cost
+from tests import fakes
+from tests.fakes import make_study
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = "alpha"

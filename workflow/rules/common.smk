@@ -1,7 +1,7 @@
 # What needs Snakemake itself: the validated config, where things go, this environment's name,
 # the lock of timed cells, the shell prefix, the reproduce command and the execution hooks. The
 # planning itself is mnistbench.launch.plan (plain functions of the config, unit-tested in
-# tests/test_plan.py); the study as data (cells, ids, environment names) is
+# tests/launch/test_plan.py); the study as data (cells, ids, environment names) is
 # mnistbench.core.study. Everything here runs once, when Snakemake builds the DAG, imports
 # the standard library only (no numpy, no torch: Snakemake alone parses the workflow) and must
 # stay fast: a 500-cell study builds in well under 10 s (benchmarks/bench_dag.py).

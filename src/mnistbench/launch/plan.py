@@ -1,14 +1,14 @@
 """The workflow's planning: what the rule files (``workflow/rules/*.smk``) compute while
 Snakemake builds the DAG, as plain functions of explicit arguments (the validated config, the
 project folder, a ``sinfo`` runner), so that each is unit-tested without Snakemake
-(tests/test_plan.py) and the rule files keep only thin wrappers that pass ``config``,
+(tests/launch/test_plan.py) and the rule files keep only thin wrappers that pass ``config``,
 ``workflow.basedir`` and the job's wildcards, and what needs the workflow object itself (the
 matrix's wiring, the resource limit, the execution hooks).
 
 Standard library and :mod:`mnistbench.core` only (and :mod:`mnistbench.launch`'s torch-free
 modules): Snakemake imports this module whenever it parses the workflow, in the main process
 and again inside every cluster job, so planning a study never needs numpy or torch, and a
-virtual environment that holds only Snakemake parses it (tests/test_workflow.py).
+virtual environment that holds only Snakemake parses it (tests/workflow/test_workflow.py).
 
 Errors are :class:`PlanError`: one paragraph naming the config key (or the missing tool) and
 the fix; the rule files raise them as Snakemake's ``WorkflowError`` (no traceback).
@@ -128,7 +128,7 @@ def lock_wait(lock: str) -> str:
     file descriptor 9, waiting (and saying so on stderr) while another study holds it; a
     failed wait exits 1. The peak rule runs it; the bench rule holds the same line spelled
     out (its text is the workflow digest every cell records, and editing its shell command
-    would rerun finished cells), which tests/test_plan.py keeps identical."""
+    would rerun finished cells), which tests/launch/test_plan.py keeps identical."""
     message = (f"waiting for the machine's lock of timed cells, {lock}: another study is "
                "timing a cell")
     return (f"if ! flock --nonblock 9; then echo {shlex.quote(message)} >&2; "

@@ -22,7 +22,7 @@ Epochs within a run are not independent and are never pooled.
   2 runs a side give at least 25 %, 3 give 56 %, 5 give 88 %. The report calls such an
   interval a range of n runs, never "95 %". (A percentile bootstrap, used before, claimed
   95 % but covered the true ratio about 70 % of the time with 2 runs a side.)
-  tests/test_stats.py checks the stated coverage by simulation.
+  tests/results/test_stats.py checks the stated coverage by simulation.
 - :func:`diff_ci`: the difference of two medians (an accuracy effect, in points) with the
   same construction, ``[a_lo - b_hi, a_hi - b_lo]``.
 - :func:`within_noise`: whether an interval contains the value of "no effect" (1 for a ratio,

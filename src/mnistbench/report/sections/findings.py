@@ -5,7 +5,7 @@ found (this project's best against the DataLoader's code, precision, best batch)
 energy and cost of a run with the break-even; the accuracy against the seed spread; the
 hardware.
 
-Every number of a sentence is one a table of the report shows (tests/test_report_findings.py
+Every number of a sentence is one a table of the report shows (tests/report/test_report_findings.py
 checks it), and each names the environment (with several) and the kind of code it comes
 from.
 """

@@ -1,0 +1,1 @@
+"""The test suite; its folders mirror src/mnistbench's subpackages (docs/architecture.md)."""

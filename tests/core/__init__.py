@@ -1,0 +1,1 @@
+"""Tests of mnistbench.core: the torch-free contract."""

@@ -1,0 +1,1 @@
+"""Tests of mnistbench.data: fetching and reading MNIST."""

@@ -1,0 +1,1 @@
+"""Tests of mnistbench.launch: the launchers (fork server, container, machine lock, plan)."""

@@ -1,0 +1,1 @@
+"""Tests of mnistbench.measure: the timed process."""

@@ -1,0 +1,1 @@
+"""Tests of mnistbench.report: the torch-free rendering."""

@@ -1,0 +1,1 @@
+"""Tests of mnistbench.results: the torch-free result readers."""

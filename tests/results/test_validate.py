@@ -1,0 +1,372 @@
+"""Tests of mnistbench.results.validate, the one reader of a cell's files: strict JSON, every
+schema field checked for type, finiteness and range, the counts of an ok cell against its
+params, and its files present; a bad cell becomes a visible failed row that no statistic
+uses, or (when it cannot be placed at all) one paragraph naming the file."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from tests.fakes import cell_id, make_study
+
+from mnistbench.core import schema
+from mnistbench.results import aggregate, validate
+
+CELL = cell_id("cpu", "fp32", "resident", 128, 0)
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Path:
+    """A small CPU-only study: two convergence cells of 2 epochs and four sweep cells."""
+    runs = tmp_path_factory.mktemp("validate") / "runs"
+    make_study(runs, gpu=False, devices=("cpu",), precisions=("fp32",), batch_sizes=(64,),
+               repeats=2, convergence_epochs=2)
+    return runs
+
+
+@pytest.fixture
+def runs(study, tmp_path) -> Path:
+    return Path(shutil.copytree(study, tmp_path / "runs"))
+
+
+def folder_of(runs: Path, cell: str = CELL, experiment: str = "convergence") -> Path:
+    return runs / "alpha" / experiment / cell
+
+
+def set_value(folder: Path, where: str, value) -> None:
+    """Set ``section.key`` of the cell's summary.json to ``value``; a ``Token`` is written as
+    its text as it is (NaN, Infinity, 1e999: what json.dumps cannot write)."""
+    path = folder / schema.SUMMARY_FILE
+    data = json.loads(path.read_text())
+    section, key = where.split(".")
+    data[section][key] = "__TOKEN__" if isinstance(value, Token) else value
+    text = json.dumps(data, indent=2)
+    if isinstance(value, Token):
+        text = text.replace('"__TOKEN__"', value.text)
+    path.write_text(text)
+
+
+class Token:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def edit_epochs(folder: Path, edit) -> None:
+    """Rewrite the cell's epochs.csv through ``edit(rows)`` (dict rows, values as text)."""
+    path = folder / schema.EPOCHS_FILE
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    edit(rows)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(schema.EPOCH_COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def invalid_row(runs: Path, tmp_path: Path, folder: Path) -> dict:
+    """Aggregate and return the summary row of ``folder``'s cell, having checked that it is a
+    failed, invalid row with empty results and no epoch or resource rows."""
+    out = tmp_path / "tables"
+    aggregate.aggregate(runs, out)
+    with (out / "summary.csv").open(newline="") as handle:
+        rows = [r for r in csv.DictReader(handle) if r["cell"] == folder.name
+                and r["experiment"] == folder.parent.name]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["status"] == "failed", row["reason"]
+    assert row["reason"].startswith("invalid result (recorded status ")
+    assert all(row[k] == "" for k in schema.RESULT_FIELDS)
+    for table in ("epochs.csv", "resources.csv"):
+        with (out / table).open(newline="") as handle:
+            assert not any(r["cell"] == folder.name and r["experiment"] == folder.parent.name
+                           for r in csv.DictReader(handle))
+    return row
+
+
+def test_the_fake_study_is_valid(study):
+    """Every cell the fakes write (ok, unavailable) passes: the checks refuse only bad
+    values."""
+    cells = [validate.read_cell(p.parent) for p in study.glob("*/*/*/summary.json")]
+    assert cells and all(c.valid for c in cells), [c.problems for c in cells if c.problems]
+    assert {c.status for c in cells} == {"ok"}
+
+
+def test_every_schema_field_has_a_spec():
+    """A field added to the schema gets a spec (by its unit, or its own)."""
+    for section, fields in validate._TABLES.items():
+        assert set(validate.SPECS[section]) == set(fields)
+
+
+@pytest.mark.parametrize(("where", "token"), [
+    ("results.samples_per_s", "NaN"),
+    ("timing.timed_s", "Infinity"),
+    ("results.final_test_loss", "-Infinity"),
+    ("results.epoch_s_median", "1e999"),
+])
+def test_a_non_json_number_makes_the_cell_invalid(runs, tmp_path, where, token):
+    """NaN, Infinity, -Infinity and 1e999 (json.loads takes them, JSON has none of them)
+    make the cell invalid, the reason naming the file, the field and the token."""
+    folder = folder_of(runs)
+    set_value(folder, where, Token(token))
+    row = invalid_row(runs, tmp_path, folder)
+    assert f"summary.json {where} is {token}, which is not JSON" in row["reason"]
+    assert "\n" not in row["reason"]
+
+
+@pytest.mark.parametrize(("where", "value", "expected"), [
+    ("results.samples_per_s", "fast", "a finite number 0 or more"),
+    ("results.final_test_acc", "97.5", "a finite number 0 to 100"),
+    ("params.lr", True, "a finite number above 0"),
+    ("params.epochs", 2.0, "a whole number 1 or more"),
+    ("params.pin_memory", "no", "true or false"),
+    ("env.hostname", ["a", "b"], "a JSON string or scalar"),
+    ("env.gpu_count", "1", "a whole number 0 or more"),
+    ("timing.started_at", "yesterday", "an ISO 8601 date-time"),
+    ("results.busy", 1, "true or false"),
+])
+def test_a_wrong_type_makes_the_cell_invalid(runs, tmp_path, where, value, expected):
+    """A string in a numeric field, a boolean as a number, a float as a count, a list as
+    text: never read as empty, always an invalid cell naming field, value and type."""
+    folder = folder_of(runs)
+    set_value(folder, where, value)
+    row = invalid_row(runs, tmp_path, folder)
+    assert f"summary.json {where} is {json.dumps(value)}, expected {expected}" in row["reason"]
+    section, key = where.split(".")
+    if section != "results":
+        assert row[key] == ""  # the bad value is not in the table
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    ("timing.warmup_s", -1.0),
+    ("timing.overhead_s", -0.5),
+    ("results.samples_per_s", -3.0),
+    ("results.final_test_acc", 140.0),
+    ("results.best_test_acc", -1.0),
+    ("results.gpu_util_mean", 101.0),
+    ("results.peak_rss_mb", -2.0),
+    ("results.cpu_energy_j", -10.0),
+    ("results.final_train_loss", -0.1),
+    ("params.lr", 0.0),
+    ("params.train_limit", 70_000),
+    ("params.test_limit", 20_000),
+    ("params.sample_interval", 0),
+    ("params.workers", -1),
+    ("env.memory_gb", -4.0),
+])
+def test_a_value_out_of_range_makes_the_cell_invalid(runs, tmp_path, where, value):
+    """Negative times, rates, memory and energy; accuracies and GPU use outside 0-100;
+    a zero learning rate; more training or test samples than MNIST has."""
+    folder = folder_of(runs)
+    set_value(folder, where, value)
+    row = invalid_row(runs, tmp_path, folder)
+    assert f"summary.json {where} is {json.dumps(value)}, expected " in row["reason"]
+
+
+def test_an_ok_cell_without_a_headline_figure_is_invalid(runs, tmp_path):
+    """An ok cell whose final accuracy is null lacks what makes it ok."""
+    folder = folder_of(runs)
+    set_value(folder, "results.final_test_acc", None)
+    row = invalid_row(runs, tmp_path, folder)
+    assert "results.final_test_acc is empty, but an ok cell has one" in row["reason"]
+
+
+@pytest.mark.parametrize(("case", "message"), [
+    ("more epochs asked", "epochs.csv has 2 epoch rows, but params.epochs is 3"),
+    ("numbering", "epochs.csv numbers its epochs 1, 3, expected 1 to 2 in order"),
+    ("steps disagree", "results.steps_per_epoch is 7, but epochs.csv epoch 1 has"),
+    ("best past the end", "results.best_epoch is 5, past params.epochs 2"),
+    ("best below final", "is below results.final_test_acc"),
+    ("samples", "samples in 1 steps, more than steps x params.batch_size 128"),
+    ("max steps", "more than params.max_steps 1"),
+    ("ends before it starts", "timing.end_unix 1.0 is before timing.start_unix"),
+])
+def test_counts_that_disagree_with_the_params_make_the_cell_invalid(runs, tmp_path, case,
+                                                                    message):
+    """The epoch rows of an ok cell are numbered 1..params.epochs, their steps and samples
+    fit the batch size and max_steps, and its results agree with them."""
+    folder = folder_of(runs)
+    if case == "more epochs asked":
+        set_value(folder, "params.epochs", 3)
+    elif case == "numbering":
+        edit_epochs(folder, lambda rows: rows[1].update(epoch="3"))
+    elif case == "steps disagree":
+        set_value(folder, "results.steps_per_epoch", 7)
+    elif case == "best past the end":
+        set_value(folder, "results.best_epoch", 5)
+    elif case == "best below final":
+        set_value(folder, "results.best_test_acc", 1.0)
+    elif case == "samples":
+        edit_epochs(folder, lambda rows: [r.update(steps="1") for r in rows])
+        set_value(folder, "results.steps_per_epoch", 1)
+    elif case == "max steps":
+        set_value(folder, "params.max_steps", 1)
+    else:
+        set_value(folder, "timing.end_unix", 1.0)
+    row = invalid_row(runs, tmp_path, folder)
+    assert message in row["reason"]
+
+
+@pytest.mark.parametrize(("column", "value", "message"), [
+    ("test_acc", "nan", "column test_acc is 'nan', expected a finite number 0 to 100"),
+    ("train_s", "slow", "column train_s is 'slow', expected a finite number 0 or more"),
+    ("test_acc", "101", "column test_acc is '101'"),
+    ("steps", "2.5", "column steps is '2.5', expected a whole number 0 or more"),
+    ("epoch_s", "", "column epoch_s is empty"),
+    ("samples_per_s", "1_000", "column samples_per_s is '1_000'"),
+    ("eval_s", "inf", "column eval_s is 'inf'"),
+])
+def test_a_bad_epoch_row_makes_the_cell_invalid(runs, tmp_path, column, value, message):
+    """Every value of an epoch row is a finite number in its column's range (an empty
+    samples_per_s only); words, nan, inf and digit groups are named with their line."""
+    folder = folder_of(runs)
+    edit_epochs(folder, lambda rows: rows[1].update({column: value}))
+    row = invalid_row(runs, tmp_path, folder)
+    assert f"epochs.csv line 3 {message}" in row["reason"]
+
+
+@pytest.mark.parametrize(("column", "value"), [
+    ("gpu_util_pct", "150"), ("rss_mb", "-1"), ("t_s", ""), ("cpu_energy_j", "NaN")])
+def test_a_bad_resource_row_makes_the_cell_invalid(runs, tmp_path, column, value):
+    """The resource sampler's rows are checked as the epoch rows are."""
+    folder = folder_of(runs)
+    path = folder / schema.RESOURCES_FILE
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows[0][column] = value
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(schema.RESOURCE_COLUMNS))
+        writer.writeheader()
+        writer.writerows(rows)
+    row = invalid_row(runs, tmp_path, folder)
+    assert f"resources.csv line 2 column {column} is " in row["reason"]
+
+
+@pytest.mark.parametrize(("name", "fault", "message"), [
+    ("resources.csv", "missing", "resources.csv is missing, but an ok cell has one"),
+    ("resources.csv", "empty", "resources.csv is empty, but an ok cell has its header"),
+    ("epochs.csv", "empty", "epochs.csv is empty, but an ok cell has its header"),
+    ("epochs.csv", "header only", "epochs.csv has 0 epoch rows, but params.epochs is 2"),
+    ("epochs.csv", "cut",
+     f"epochs.csv line 3 has 4 fields, expected {len(schema.EPOCH_COLUMNS)}"),
+    ("epochs.csv", "folder", "cannot read epochs.csv: not a regular file but a folder"),
+    ("resources.csv", "binary", "cannot read resources.csv: 'utf-8' codec can't decode"),
+])
+def test_an_ok_cell_needs_its_three_files_whole(runs, tmp_path, name, fault, message):
+    """An ok cell has summary.json, epochs.csv and resources.csv, each non-empty and whole."""
+    folder = folder_of(runs)
+    path = folder / name
+    if fault == "missing":
+        path.unlink()
+    elif fault == "empty":
+        path.write_text("")
+    elif fault == "header only":
+        path.write_text(",".join(schema.EPOCH_COLUMNS) + "\n")
+    elif fault == "cut":
+        text = path.read_text().splitlines()
+        path.write_text("\n".join([*text[:2], ",".join(text[2].split(",")[:4])]) + "\n")
+    elif fault == "folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        path.write_bytes(b"\xff\xfe\x00garbage")
+    row = invalid_row(runs, tmp_path, folder)
+    assert message in row["reason"]
+
+
+def test_a_fifo_in_place_of_a_cell_file_never_hangs(runs, tmp_path):
+    """A FIFO named epochs.csv makes the cell invalid (opening it would block for ever); a
+    FIFO named summary.json is an error naming it. Neither read blocks."""
+    folder = folder_of(runs)
+    (folder / "epochs.csv").unlink()
+    os.mkfifo(folder / "epochs.csv")
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(validate.read_cell(folder)),
+                              daemon=True)
+    worker.start()
+    worker.join(10)
+    assert done, "read_cell blocked on a FIFO"
+    assert "cannot read epochs.csv: not a regular file but a FIFO" in done[0].why()
+    (folder / "summary.json").unlink()
+    os.mkfifo(folder / "summary.json")
+    with pytest.raises(aggregate.AggregateError, match="not a regular file but a FIFO"):
+        aggregate.aggregate(runs, tmp_path / "out")
+
+
+def test_a_summary_that_is_a_folder_names_the_file(runs, tmp_path):
+    """A folder named summary.json is one paragraph naming it, not a traceback."""
+    folder = folder_of(runs)
+    (folder / "summary.json").unlink()
+    (folder / "summary.json").mkdir()
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs, tmp_path / "out")
+    assert str(folder / "summary.json") in str(info.value)
+    assert "not a regular file but a folder" in str(info.value)
+
+
+def test_a_non_json_token_in_the_identity_cannot_be_placed(runs, tmp_path):
+    """A NaN batch size leaves the cell without an identity: refused naming the file."""
+    folder = folder_of(runs)
+    set_value(folder, "params.batch_size", Token("NaN"))
+    with pytest.raises(aggregate.AggregateError, match=r"params\.batch_size is None"):
+        aggregate.aggregate(runs, tmp_path / "out")
+
+
+def test_an_invalid_cell_lists_its_problems_and_how_many_more(runs, tmp_path):
+    """Several bad values: the reason lists the first four and counts the rest."""
+    folder = folder_of(runs)
+    for key in ("startup_s", "data_load_s", "warmup_s", "timed_s", "overhead_s"):
+        set_value(folder, f"timing.{key}", -1)
+    cell = validate.read_cell(folder)
+    assert len(cell.problems) == 5 and cell.why().endswith("; and 1 more")
+    assert cell.table_status == "failed" and not cell.valid
+
+
+def test_a_failed_cell_keeps_its_status_and_partial_epochs(runs, tmp_path):
+    """A cell the trainer wrote as failed after one epoch (a diverged loss in epoch 2) is
+    valid: fewer epoch rows than params.epochs are right for it."""
+    folder = folder_of(runs)
+    data = json.loads((folder / "summary.json").read_text())
+    data["status"], data["reason"] = "failed", "the training loss became nan in epoch 2"
+    data["results"] = dict.fromkeys(schema.RESULT_FIELDS)
+    (folder / "summary.json").write_text(json.dumps(data))
+    edit_epochs(folder, lambda rows: rows.pop())
+    cell = validate.read_cell(folder)
+    assert cell.valid, cell.problems
+    assert cell.table_status == "failed" and len(cell.epochs) == 1
+
+
+@pytest.mark.parametrize("value", ["fast", "inf", "nan", "True"])
+def test_load_tables_refuses_a_word_in_a_numeric_column(study, tmp_path, value):
+    """The report's reader of the tables: a word, inf or nan in a numeric column of an
+    edited summary.csv is an error naming the file, the line, the cell and the value, never
+    an empty value that drops out of the statistics."""
+    aggregate.aggregate(study, tmp_path)
+    path = tmp_path / "summary.csv"
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    rows[2]["samples_per_s"] = value
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(tmp_path)
+    cell = "/".join(rows[2][k] for k in schema.ID_COLUMNS)
+    assert str(info.value).startswith(
+        f"{path} line 4 (cell {cell}): column samples_per_s holds {value!r}, which is not a "
+        "finite number")
+
+
+def test_loads_strict_names_the_token_and_where():
+    """The strict JSON reader of manifests and summaries names the path of a bad token."""
+    with pytest.raises(ValueError, match=r"files\.a\.bytes is NaN, which is not JSON"):
+        validate.loads_strict('{"files": {"a": {"bytes": NaN}}}')
+    with pytest.raises(ValueError, match=r"x\[1\] is 1e999"):
+        validate.loads_strict('{"x": [1, 1e999]}')
+    assert validate.loads_strict('{"x": [1, 2.5e3]}') == {"x": [1, 2500.0]}

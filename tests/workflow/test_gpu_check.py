@@ -1,0 +1,194 @@
+"""Tests for scripts/gpu-check and scripts/gpu-study: their logic, run on the CPU with tiny
+settings (the GPU machine runs the same code with DEVICE=cuda)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from mnistbench.launch import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = "--train-limit 1024 --test-limit 128 --max-steps 2 --warmup-steps 0 --epochs 1"
+#: A plan of three cells (the blog's code, this project's best, one scale cell): enough to see
+#: every step of the run (peak, fork server, the allocator a cell asks for) in seconds.
+SMALL = """\
+experiments:
+  convergence: {repeats: 1, loaders: [dataloader, resident]}
+  sweep: {enabled: false}
+  tips: {enabled: false}
+  scale: {repeats: 1, widths: [2], precisions: [fp32]}
+"""
+
+
+def make_plan(tmp_path: Path, *configs: str | Path) -> Path:
+    out = tmp_path / "plan.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-study"), "plan",
+                    *(arg for c in configs for arg in ("--configfile", str(ROOT / c))),
+                    "--out", str(out)], check=True, capture_output=True, text=True)
+    return out
+
+
+def gpu_check(tmp_path: Path, plan_file: Path, mirror: Path, budget: int) -> Path:
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "DEVICE": "cpu",
+           "PLAN": str(plan_file), "MIRROR": str(mirror), "DATA": str(tmp_path / "mnist"),
+           "CELL_ARGS": TINY, "BUDGET": str(budget), "MNISTBENCH_ENV": "gpu-check-test",
+           "KEEP": str(tmp_path / "no-earlier-run")}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def unpacked(out: Path, tmp_path: Path) -> Path:
+    with tarfile.open(out / "runs.tar.gz") as tar:
+        # The "data" filter exists from Python 3.11.4 on (Debian 12 has 3.11.2); the archive
+        # is the script's own, made just above.
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(tmp_path / "x", **safe)
+    return tmp_path / "x"
+
+
+def test_plan_is_the_validated_config_with_defaults(tmp_path) -> None:
+    config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/gpu.yaml").read_text())
+    assert config["devices"] == ["cuda"]
+    assert config["experiments"]["sweep"]["batch_sizes"][-1] == 4096
+    assert config["experiments"]["sweep"]["precisions"] == ["fp32", "tf32", "bf16", "fp16"]
+    assert config["experiments"]["convergence"]["repeats"] == 2
+    # The matrix the GPU machine builds from it: the workflow's own (every experiment).
+    matrix = plan.Matrix.of_config(config, "h200", ["cuda"], 16)
+    assert {c.experiment for c in matrix.cells} == {"convergence", "sweep", "tips", "scale"}
+    assert len([c for c in matrix.cells if c.experiment == "sweep"]) == 4 * 2 * 8 * 2
+
+
+def test_plan_refuses_a_bad_config_naming_the_key(tmp_path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("experiments:\n  sweep:\n    batch_sizes: [0]\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-study"), "plan",
+                           "--configfile", str(bad), "--out", str(tmp_path / "p.json")],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "batch_sizes" in proc.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_the_plans_cells_in_the_workflow_layout(tmp_path,
+                                                               real_mnist_mirror) -> None:
+    """On the CPU: the peak job and every cell of the plan's matrix for the device, ok, packed
+    as runs/{env}/{experiment}/{cell}/ beside logs/; nothing listed as not run. Cells start
+    from the fork server unless they ask for another allocator than it has (the blog's code:
+    glibc's), as in the workflow."""
+    (tmp_path / "small.yaml").write_text(SMALL)
+    plan_file = make_plan(tmp_path, "config/config.yaml", "config/quick.yaml",
+                          tmp_path / "small.yaml")
+    out = gpu_check(tmp_path, plan_file, real_mnist_mirror, budget=400)
+    x = unpacked(out, tmp_path)
+    config = json.loads(plan_file.read_text())
+    expected = {f"{c.experiment}/{c.id}"
+                for c in plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1).cells}
+    cells = sorted((x / "runs" / "gpu-check-test").glob("*/*/summary.json"))
+    assert {f"{p.parent.parent.name}/{p.parent.name}" for p in cells} == expected
+    assert len(cells) == 3
+    launches = set()
+    for path in cells:
+        summary = json.loads(path.read_text())
+        assert summary["status"] == "ok", summary["reason"]
+        assert summary["params"]["env"] == "gpu-check-test"
+        assert summary["env"]["workflow_digest"] == plan.workflow_digest(ROOT)
+        launches.add((summary["params"]["loader"], summary["env"]["launch"]))
+    assert ("resident", "fork-server") in launches
+    peak = json.loads((x / "runs" / "gpu-check-test" / "peak" / "cpu.json").read_text())
+    assert peak["status"] == "ok"
+    assert (x / "logs" / "cells.log").is_file()
+    assert (out / "not_run.txt").read_text() == ""
+    assert json.loads((out / "env.json").read_text())["torch"]
+    assert len(list(out.iterdir())) <= 8  # what the device tool returns
+
+
+def gpu_study_module():
+    """scripts/gpu-study as a module (it has no .py suffix)."""
+    loader = importlib.machinery.SourceFileLoader("gpu_study", str(ROOT / "scripts" / "gpu-study"))
+    spec = importlib.util.spec_from_loader("gpu_study", loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_cells_the_budget_leaves_out_are_listed_not_started(tmp_path) -> None:
+    """A cell that would not end within the budget (judged by the last cell like it, or by
+    --expect) is not started and is named in not_run.txt with why; nothing runs."""
+    gpu_study = gpu_study_module()
+    config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/quick.yaml")
+                        .read_text())
+    matrix = plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1)
+    args = argparse.Namespace(
+        budget=30.0, runs=tmp_path / "work" / "runs", out=tmp_path / "out", extra="",
+        cell_timeout=60.0, data=tmp_path / "mnist",
+        expect=[gpu_study.expectation("sweep/cpu/resident=40")])
+    args.out.mkdir()
+    runner = gpu_study.Runner(args, config, "gpu-check-test")
+    started = []
+    runner.mnistbench = lambda argv, timeout, log: started.append(argv) or 0
+    conv = next(c for c in matrix.cells if c.experiment == "convergence")
+    sweep = next(c for c in matrix.cells if c.experiment == "sweep")
+    runner.cell(conv)  # a first guess of 120 s: more than the budget
+    runner.cell(sweep)  # --expect: 40 s
+    assert started == []
+    assert [line.split(":")[0] for line in runner.not_run] == [
+        f"convergence/{conv.id}", f"sweep/{sweep.id}"]
+    assert "a cell like it took 120 s" in runner.not_run[0]
+    assert "a cell like it took 40 s" in runner.not_run[1]
+    with pytest.raises(Exception, match="EXPERIMENT/DEVICE/LOADER"):
+        gpu_study.expectation("sweep=4")
+
+
+def test_an_earlier_leases_ok_cells_and_limit_are_kept_not_run_again(tmp_path) -> None:
+    """A second lease continues where the first stopped: a cell or limit whose record in the
+    runs folder says ok is kept, and the same cell at another repeat is expected to take what
+    the kept one took (its summary's span, plus the process's start), not the first guess."""
+    gpu_study = gpu_study_module()
+    (tmp_path / "two.yaml").write_text(
+        "experiments:\n  convergence: {repeats: 2, loaders: [resident]}\n"
+        "  sweep: {enabled: false}\n  tips: {enabled: false}\n  scale: {enabled: false}\n")
+    config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/quick.yaml",
+                                  tmp_path / "two.yaml").read_text())
+    matrix = plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1)
+    first, second = matrix.cells
+    assert (first.repeat, second.repeat) == (0, 1)
+    runs = tmp_path / "work" / "runs"
+    kept = Path(first.folder(str(runs)))
+    kept.mkdir(parents=True)
+    (kept / "summary.json").write_text(json.dumps(
+        {"status": "ok", "timing": {"start_unix": 100.0, "end_unix": 109.0}}))
+    limit = Path(plan.peak_file(str(runs), "gpu-check-test", "cpu"))
+    limit.parent.mkdir(parents=True, exist_ok=True)
+    limit.write_text(json.dumps({"status": "ok", "rows": []}))
+    args = argparse.Namespace(budget=11.0, runs=runs, out=tmp_path / "out", extra="",
+                              cell_timeout=60.0, data=tmp_path / "mnist", expect=[])
+    args.out.mkdir()
+    runner = gpu_study.Runner(args, config, "gpu-check-test")
+    started = []
+    runner.mnistbench = lambda argv, timeout, log: started.append(argv) or 0
+    runner.peak(matrix, plan, "cpu")
+    runner.cell(first)
+    runner.cell(second)  # like the kept one: 9 + 1 s, and 1.2 x 10 s > the 11 s budget
+    assert started == []
+    assert runner.kept == 1
+    assert [line.split(":")[0] for line in runner.not_run] == [f"convergence/{second.id}"]
+    assert "a cell like it took 10 s" in runner.not_run[0]
+    args.budget = 13.0  # now it fits
+    runner.not_run.clear()
+    runner.cell(second)
+    assert [argv[0] for argv in started] == ["train"] and runner.not_run != []  # no summary
+    assert "no summary" in runner.not_run[0]
