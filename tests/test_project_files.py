@@ -89,3 +89,32 @@ def test_tests_mirror_the_subpackages():
     folders = {p.parent.name for p in ROOT.glob("tests/*/__init__.py")}
     assert subpackages <= folders, f"no test folder for {sorted(subpackages - folders)}"
     assert folders - subpackages <= {"workflow", "benchmarks"}, sorted(folders - subpackages)
+
+
+#: The front page's length: about one screen plus what a newcomer needs first; the rest is
+#: in docs/ (docs/README.md is the index).
+README_MAX_LINES = 200
+LINK = re.compile(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)")
+
+
+def test_readme_is_short_and_the_docs_index_links_every_page():
+    """README.md has at most README_MAX_LINES lines and links docs/README.md, which links
+    every page of docs/."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= README_MAX_LINES, "move the details to docs/"
+    assert "docs/README.md" in LINK.findall(readme)
+    index = ROOT / "docs" / "README.md"
+    linked = {(index.parent / target).resolve() for target in LINK.findall(index.read_text())}
+    pages = {p.resolve() for p in (ROOT / "docs").glob("*.md") if p != index}
+    assert pages - linked == set(), f"docs/README.md does not link {sorted(pages - linked)}"
+
+
+def test_every_markdown_link_to_a_page_of_the_project_resolves():
+    """Each relative link to a .md file in README.md, docs/, benchmarks/ and config/ names a
+    file that exists (a page moved or renamed takes its links with it)."""
+    pages = [ROOT / "README.md", *ROOT.glob("docs/*.md"), *ROOT.glob("benchmarks/*.md"),
+             *ROOT.glob("config/*.md")]
+    broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages
+              for target in LINK.findall(page.read_text(encoding="utf-8"))
+              if "://" not in target and not (page.parent / target).exists()]
+    assert broken == []
