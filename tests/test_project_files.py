@@ -1,7 +1,8 @@
 """The project's own files agree with the code: config/README.md is what
 scripts/config-readme makes of the config schema, the pyproject's dev extra is
-envs/pip/dev.txt, and CHANGELOG.md, CITATION.cff and the workflow catalog's file name the
-versions and facts that hold."""
+envs/pip/dev.txt, CHANGELOG.md, CITATION.cff and the workflow catalog's file name the
+versions and facts that hold, no file of code is over 800 lines, tests/ mirrors the
+subpackages, and the front page stays short with every page of docs/ in its index."""
 
 from __future__ import annotations
 
