@@ -10,12 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.fakes import cell_id, make_study
 
 from mnistbench import cli
 from mnistbench.core import atomic, schema
 from mnistbench.report import blog
 from mnistbench.results import aggregate
+from tests.fakes import cell_id, make_study
 
 SMALL = {"repeats": 2, "batch_sizes": (64, 1024), "convergence_epochs": 3}
 
@@ -441,9 +441,8 @@ def test_same_cpu_model_with_another_isa_is_other_hardware(tmp_path):
     """Two environments that differ only in ISA (the same CPU model name, one with AVX512 and
     AMX) get different hardware labels in summary.csv and show side by side in the report,
     each with its own rows: never pooled."""
-    from tests.fakes import MACHINES
-
     from mnistbench.report import render as report
+    from tests.fakes import MACHINES
 
     base = MACHINES[1]
     machines = {"avx2": base,

@@ -13,11 +13,11 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from tests.fakes import make_study
 
 from mnistbench import cli
 from mnistbench.core import schema
 from mnistbench.results import aggregate, archive
+from tests.fakes import make_study
 
 ENV = "alpha"
 

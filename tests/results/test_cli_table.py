@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.fakes import cell_id, make_study
 
 from mnistbench import cli
 from mnistbench.results import table
+from tests.fakes import cell_id, make_study
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO / "report" / "data"

@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from tests.fakes import make_study
 
 from mnistbench.results import aggregate, cost
+from tests.fakes import make_study
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "report.md"
 

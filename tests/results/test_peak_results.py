@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.fakes import make_study
 
 from mnistbench.core import schema
 from mnistbench.results import aggregate, archive, validate
+from tests.fakes import make_study
 
 ENV = "alpha"
 

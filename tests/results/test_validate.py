@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from tests.fakes import cell_id, make_study
 
 from mnistbench.core import schema
 from mnistbench.results import aggregate, validate
+from tests.fakes import cell_id, make_study
 
 CELL = cell_id("cpu", "fp32", "resident", 128, 0)
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mnistbench.core import study
-from mnistbench.core.figures import seconds
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
+from mnistbench.core.figures import seconds
 
 SUMMARY_CSV = "summary.csv"
 #: What tells the rows apart: the settings of a cell but its environment and repeat.
