@@ -149,9 +149,10 @@ def _slurm(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
                           check=False)
 
 
-def _require(reason: str) -> None:
-    """Skip with ``reason`` (fail with MNISTBENCH_REQUIRE_SLURM=1)."""
-    reason += " (start one with scripts/slurm-cluster start)"
+def _require(reason: str, start: str = "scripts/slurm-cluster start") -> None:
+    """Skip with ``reason`` and the command that ``start``s a cluster that has what is
+    missing (fail with MNISTBENCH_REQUIRE_SLURM=1)."""
+    reason += f" (start one with {start})"
     if os.environ.get(REQUIRE_VAR) == "1":
         pytest.fail(f"{REQUIRE_VAR}=1 but {reason}")
     pytest.skip(reason)
@@ -310,7 +311,8 @@ def test_cells_ran_side_by_side_on_different_nodes(cluster, slurm_study):
     used = {n for p in cluster["partitions"] for n in cluster["members"][p]}
     if len(used) < 2:
         _require(f"the partitions {cluster['partitions']} hold one node ({sorted(used)}); "
-                 "running cells side by side needs two (MNISTBENCH_SLURM_NODES=2)")
+                 "running cells side by side needs two",
+                 "MNISTBENCH_SLURM_NODES=2 scripts/slurm-cluster start")
     workdir, _, _ = slurm_study
     cells = _cells(workdir)
     nodes = {c["env"]["slurm_node"] for c in cells}
@@ -395,7 +397,7 @@ def test_two_partitions_are_two_environments_of_one_report(cluster, slurm_study)
     cells' statuses and the report's files are those of the same study run locally."""
     if len(cluster["partitions"]) < 2:
         _require(f"the cluster has one partition ({cluster['partitions']}); two node types "
-                 "need two (MNISTBENCH_SLURM_PARTITIONS)")
+                 "need two", "MNISTBENCH_SLURM_PARTITIONS='main alt' scripts/slurm-cluster start")
     workdir, output, local = slurm_study
     on_slurm = aggregate.load_tables(workdir / "results").summary
     here = aggregate.load_tables(local / "results").summary
