@@ -149,8 +149,8 @@ def test_matrix_of_the_shipped_study_is_repeat_major_and_skips_unsupported_preci
     assert {c.seed - c.repeat for c in cells} == {config["seed"]}
     first = cells[0]
     assert (first.experiment, first.device, first.precision) == ("headline", "cpu", "fp32")
-    assert [c.experiment for c in cells if c.experiment not in ("headline", "threads")][0] \
-        == "convergence"
+    assert next(c.experiment for c in cells
+                if c.experiment not in ("headline", "threads")) == "convergence"
 
 
 def test_convergence_runs_the_blogs_code_and_the_projects_best_on_each_device():
@@ -383,7 +383,7 @@ def test_thread_counts_double_up_to_every_core(cores, counts):
 
 def test_thread_counts_beyond_the_cores_name_the_key():
     assert study.thread_counts([4, 1, 2], 4) == [1, 2, 4]
-    with pytest.raises(StudyError, match="experiments.threads.thread_counts"):
+    with pytest.raises(StudyError, match=r"experiments\.threads\.thread_counts"):
         study.thread_counts([1, 8], 4)
 
 
