@@ -12,6 +12,7 @@ from mnistbench.report import blog
 from mnistbench.report.formatting import count, num, ratio_interval
 from mnistbench.report.selections import (
     Inputs,
+    busy_mask,
     busy_note,
     hardware,
     threads_curve,
@@ -50,11 +51,15 @@ def parallel(inputs: Inputs) -> tuple[str, str, str] | None:
         top = curve[-1]
         gain = top["speedup"]
         verdict = blog.verdict_parallel(gain)
+        used = [*curve[0]["part"].index, *top["part"].index]
+        busy = int(busy_mask(inputs.summary.loc[used]).sum())
+        load = (f"; {busy} of {len(used)} of these runs on a busy machine: pessimistic"
+                if busy else "")
         numbers = (f"the blog's code trained {num(gain.value, 3, '×')} as fast on "
                    f"{top['threads']} threads as on 1 ({ratio_interval(gain)}; "
                    f"{num(curve[0]['cpu_pct'], 3, '%')} and {num(top['cpu_pct'], 3, '%')} "
                    f"CPU use, 100 % = one core; {hardware(inputs.summary, env, 'cpu')}"
-                   f"{', ' + env if inputs.multi_env else ''}); the rule: more than "
+                   f"{', ' + env if inputs.multi_env else ''}{load}); the rule: more than "
                    f"{num(blog.PARALLEL_GAIN, 3, '×')} is effective parallel computing")
         return verdict, numbers, env
     return None
