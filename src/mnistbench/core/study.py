@@ -478,7 +478,10 @@ def thread_counts(configured: object, cores: int) -> list[int]:
             counts.append(n)
             n *= 2
         return [*counts, cores]
-    counts = sorted({int(n) for n in configured})  # type: ignore[union-attr]
+    if not isinstance(configured, Iterable):
+        raise StudyError(f"invalid config key experiments.threads.thread_counts: {configured!r}"
+                         "; give auto or a list of thread counts.")
+    counts = sorted({int(n) for n in configured})
     over = [n for n in counts if n > cores]
     if over:
         raise StudyError(

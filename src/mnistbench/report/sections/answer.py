@@ -56,6 +56,8 @@ def _rows(inputs: Inputs, env: str) -> list[dict]:
             if part.empty:
                 continue
             est = stats.median_ci(col(part, RATE), ONE_MACHINE_CONFIDENCE)
+            if est is None:  # short_cells keeps only cells with a rate: never
+                continue
             steps = ", ".join(sorted({str(int(v)) for v in col(part, "max_steps")}))
             warm = ", ".join(sorted({str(int(v)) for v in col(part, "warmup_steps")}))
             rows.append({
