@@ -42,3 +42,12 @@ rule all:
         peak_records(),
         "results/summary.csv",
         "results/report/index.html",
+
+
+# The answer on one machine and the CPU's scaling with threads alone (their cells and the
+# measured limits; no tables, no report): `snakemake --cores all one_machine`, then
+# `snakemake --cores all` for the rest of the study, the tables and the report.
+rule one_machine:
+    input:
+        experiment_summaries("headline", "threads"),
+        peak_records(),

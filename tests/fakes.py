@@ -43,6 +43,10 @@ CONVERGENCE_EPOCHS = 10
 #: Sweep cells are short: this many timed epochs, each capped at SWEEP_MAX_STEPS steps.
 SWEEP_EPOCHS = 2
 SWEEP_MAX_STEPS = 50
+#: Headline and threads cells (issue 38): one short epoch of this many timed steps.
+SHORT_MAX_STEPS = 80
+#: Thread counts of the fake threads experiment (CPU only).
+THREAD_COUNTS = (1, 2, 4)
 START_UNIX = 1_767_225_600.0  # 2026-01-01T00:00:00Z, s
 #: Devices of a fake study by default: the CPU and an NVIDIA GPU (xpu, mps on request).
 FAKE_DEVICES = ("cpu", "cuda")
@@ -120,10 +124,11 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
         has_gpu = gpu.get(env, True) if isinstance(gpu, Mapping) else bool(gpu)
         host = hostnames.get(env, machine.hostname)
         for experiment in experiments:
-            for device, precision, loader, batch_size, epochs in _matrix(
+            for device, precision, loader, batch_size, epochs, threads in _matrix(
                     experiment, devices, precisions, loaders, batch_sizes, convergence_epochs):
                 for repeat in range(repeats):
-                    cid = cell_id(device, precision, loader, batch_size, repeat)
+                    cid = cell_id(device, precision, loader, batch_size, repeat,
+                                  f"t{threads}" if threads else "")
                     status, reason = overrides.get(cid, ("ok", ""))
                     if status == "ok" and device == "cuda" and not has_gpu:
                         status = "unavailable"
@@ -133,10 +138,13 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                         "env": env, "experiment": experiment, "cell": cid, "repeat": repeat,
                         "device": device, "precision": precision, "loader": loader,
                         "batch_size": batch_size, "epochs": epochs, "lr": 0.001,
-                        "seed": seed + repeat, "threads": 0, "workers": 0,
+                        "seed": seed + repeat, "threads": threads or 0,
+                        "threads_asked": threads or 0,
+                        "loader_threads": 1 if loader == "dataloader" else 0, "workers": 0,
                         "pin_memory": False, "compile": False, "cuda_graphs": False,
                         "warmup_steps": 3,
-                        "max_steps": SWEEP_MAX_STEPS if experiment == "sweep" else 0,
+                        "max_steps": {"sweep": SWEEP_MAX_STEPS, "headline": SHORT_MAX_STEPS,
+                                      "threads": SHORT_MAX_STEPS}.get(experiment, 0),
                         "train_limit": 0, "test_limit": 0, "eval_batch_size": 1000,
                         "sample_interval": sample_interval, "time_limit": 0,
                         "bf16_path": _bf16_path(device, precision, machine, status),
@@ -145,6 +153,9 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                     params.update({"implementation": "tuned", "cudnn_benchmark": True,
                                    "max_batch": False, "max_batch_stop": None, "tip": "",
                                    "width": 1})
+                    if experiment in ("headline", "threads") and loader == "dataloader":
+                        params.update(implementation="stock", allocator="glibc",
+                                      cudnn_benchmark=False)  # the blog's code
                     params.update(extra_params)
                     folder = runs / env / experiment / cid
                     write_cell(folder, params, status=status, reason=reason, machine=machine,
@@ -170,7 +181,15 @@ def _matrix(experiment, devices, precisions, loaders, batch_sizes, convergence_e
     if experiment == "convergence":
         for device in devices:
             for loader in loaders:
-                yield device, "fp32", loader, BLOG_BATCH_SIZE, convergence_epochs
+                yield device, "fp32", loader, BLOG_BATCH_SIZE, convergence_epochs, None
+    elif experiment == "headline":
+        for device in devices:
+            for loader in loaders:
+                yield device, "fp32", loader, BLOG_BATCH_SIZE, 1, None
+    elif experiment == "threads":
+        for threads in THREAD_COUNTS if "cpu" in devices else ():
+            for loader in loaders:
+                yield "cpu", "fp32", loader, BLOG_BATCH_SIZE, 1, threads
     elif experiment == "sweep":
         for device in devices:
             for precision in precisions:
@@ -178,9 +197,10 @@ def _matrix(experiment, devices, precisions, loaders, batch_sizes, convergence_e
                     continue
                 for loader in loaders:
                     for batch_size in batch_sizes:
-                        yield device, precision, loader, batch_size, SWEEP_EPOCHS
+                        yield device, precision, loader, batch_size, SWEEP_EPOCHS, None
     else:
-        raise ValueError(f"unknown experiment {experiment!r}; allowed: convergence, sweep")
+        raise ValueError(f"unknown experiment {experiment!r}; allowed: convergence, sweep, "
+                         "headline, threads")
 
 
 def _step_costs(device: str, precision: str, loader: str, batch_size: int,
@@ -273,6 +293,10 @@ def _epoch_rows(params: dict, machine: Machine, rng: np.random.Generator) -> lis
     steps = min(full_steps, params["max_steps"]) if params["max_steps"] else full_steps
     samples = min(train_samples, steps * batch_size)
     costs = _step_costs(device, precision, loader, batch_size, machine)
+    if device == "cpu" and params.get("threads_asked"):
+        # Fewer threads than cores: the arithmetic slows as about threads^0.7 (the data not).
+        slower = (machine.cores_physical / params["threads_asked"]) ** 0.7
+        costs = {k: v * (1.0 if k == "data" else slower) for k, v in costs.items()}
     run_factor = rng.lognormal(0, 0.03)
     eval_s = (4.8 / machine.cpu_speed if device == "cpu" else 0.45 / machine.gpu_speed)
     lr_scale = 1.0 if params["experiment"] == "convergence" else 0.9

@@ -32,7 +32,8 @@ STUDY = {"devices": ["cpu"], "experiments": {
     "convergence": {"repeats": 1, "loaders": ["resident"], "epochs": 2},
     "sweep": {"repeats": 1, "loaders": ["resident"], "batch_sizes": [64],
               "precisions": ["fp32"]},
-    "tips": {"enabled": False}, "scale": {"enabled": False}}}
+    "tips": {"enabled": False}, "scale": {"enabled": False},
+    "headline": {"enabled": False}, "threads": {"enabled": False}}}
 FAKE = {"devices": ("cpu",), "precisions": ("fp32",), "loaders": ("resident",),
         "batch_sizes": (64,), "repeats": 1, "convergence_epochs": 2}
 GIT_ID = ["-c", "user.name=test", "-c", "user.email=test@example.org"]

@@ -148,7 +148,9 @@ def test_matrix_of_the_shipped_study_is_repeat_major_and_skips_unsupported_preci
     assert not any(c.device == "cpu" and c.precision in ("tf32", "fp16") for c in cells)
     assert {c.seed - c.repeat for c in cells} == {config["seed"]}
     first = cells[0]
-    assert (first.experiment, first.device, first.precision) == ("convergence", "cpu", "fp32")
+    assert (first.experiment, first.device, first.precision) == ("headline", "cpu", "fp32")
+    assert next(c.experiment for c in cells
+                if c.experiment not in ("headline", "threads")) == "convergence"
 
 
 def test_convergence_runs_the_blogs_code_and_the_projects_best_on_each_device():
@@ -271,6 +273,7 @@ def test_scale_runs_every_width_and_precision_after_the_other_experiments():
     config = schema_defaults()
     cells = build_matrix(config["experiments"], ["cpu", "cuda"], 0, lambda device: [("e", None)])
     assert study.EXPERIMENTS[-1] == "scale"
+    assert study.EXPERIMENTS[:2] == ("headline", "threads")
     first = [c.experiment for c in cells if c.repeat == 0]
     assert first.index("scale") > max(i for i, e in enumerate(first) if e == "tips")
     scale = [c for c in cells if c.experiment == "scale"]
@@ -344,3 +347,74 @@ def test_scale_sizes_fit_the_default_study():
                                + c.test_limit * network.eval_flops(c.width))
     seconds = flops["fp32"] / 60e9 + flops["bf16"] / 20e9  # the slow end of the estimate
     assert 4 * 60 < seconds < 9 * 60, seconds
+
+
+# ------------------------------------------------------------------------------ headline, threads
+def test_headline_interleaves_both_codes_on_every_device_repeat_by_repeat():
+    """The shipped headline: 6 repeats of the blog's code and this project's best on each
+    device, fp32, batch 128, short cells; repeat r of every code and device before any
+    repeat r + 1 (a drift hits all alike); the cells are the convergence experiment's codes."""
+    from mnistbench.core import options
+
+    config = schema_defaults()
+    cells = [c for c in build_matrix(config["experiments"], ["cpu", "cuda"], 0,
+                                     lambda device: [("e", None)], 2)
+             if c.experiment == "headline"]
+    assert [(c.repeat, c.device, c.loader) for c in cells] == [
+        (r, d, loader) for r in range(6) for d in ("cpu", "cuda")
+        for loader in ("dataloader", "resident")]
+    assert {(c.precision, c.batch_size, c.epochs) for c in cells} == {("fp32", 128, 1)}
+    assert all(c.max_steps >= 60 and c.warmup_steps >= 10 for c in cells)
+    for cell in cells[:2]:
+        args = options.train_parser().parse_args([*cell.train_args(), "--data", "d",
+                                                  "--out", "o"])
+        kind = study.code_kind(args.loader, args.implementation,
+                               "glibc" if args.loader == "dataloader" else "tcmalloc",
+                               args.workers)
+        assert kind == {"dataloader": "blog", "resident": "best"}[cell.loader]
+    assert cells[0].id == "cpu-fp32-dataloader-b128-r0"
+
+
+@pytest.mark.parametrize(("cores", "counts"), [
+    (16, [1, 2, 4, 8, 16]), (12, [1, 2, 4, 8, 12]), (2, [1, 2]), (1, [1]), (3, [1, 2, 3])])
+def test_thread_counts_double_up_to_every_core(cores, counts):
+    assert study.thread_counts("auto", cores) == counts
+
+
+def test_thread_counts_beyond_the_cores_name_the_key():
+    assert study.thread_counts([4, 1, 2], 4) == [1, 2, 4]
+    with pytest.raises(StudyError, match=r"experiments\.threads\.thread_counts"):
+        study.thread_counts([1, 8], 4)
+
+
+def test_threads_cells_run_both_codes_on_the_cpu_at_each_count_with_their_flag():
+    """The threads experiment: CPU only, both codes at every count in turn, 3 repeats; the id
+    carries the threads (t4) and the cell's --threads comes after the study-wide one, so
+    `mnistbench train` takes the cell's."""
+    from mnistbench.core import options
+
+    config = schema_defaults()
+    cells = [c for c in build_matrix(config["experiments"], ["cpu", "cuda"], 0,
+                                     lambda device: [("e", None)], 8)
+             if c.experiment == "threads"]
+    assert {c.device for c in cells} == {"cpu"}
+    assert [(c.threads, c.loader) for c in cells if c.repeat == 0] == [
+        (t, loader) for t in (1, 2, 4, 8) for loader in ("dataloader", "resident")]
+    assert {c.repeat for c in cells} == {0, 1, 2}
+    cell = cells[4]
+    assert cell.id == "cpu-fp32-dataloader-b128-t4-r0"
+    args = options.train_parser().parse_args(
+        ["--threads", "0", *cell.train_args(), "--data", "d", "--out", "o"])
+    assert args.threads == 4 and args.implementation == "stock"
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def test_headline_and_threads_sizes_fit_the_default_study():
+    """What config/config.yaml's comment estimates: 12 headline and 12 threads cells on a
+    2-core CPU-only machine, short cells (at most 100 steps each)."""
+    config = schema_defaults()
+    cells = build_matrix(config["experiments"], ["cpu"], 0, lambda device: [("e", None)], 2)
+    headline = [c for c in cells if c.experiment == "headline"]
+    threads = [c for c in cells if c.experiment == "threads"]
+    assert len(headline) == 12 and len(threads) == 12
+    assert all(c.warmup_steps + c.max_steps <= 100 for c in headline + threads)

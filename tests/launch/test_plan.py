@@ -58,6 +58,8 @@ def raw_config(**overrides) -> dict:
                       "repeats": 1, "max_steps": 2, **TINY},
             "tips": {"enabled": False},
             "scale": {"enabled": False},  # on in the tests of the scale experiment
+            "headline": {"enabled": False},
+            "threads": {"enabled": False},
         },
     }
     config.update(overrides)

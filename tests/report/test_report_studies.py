@@ -26,6 +26,12 @@ from tests.fakes import cell_id, make_study, with_load, with_tips
 SECTIONS = ("verdict", "findings", "headline", "blog", "time", "phases", "throughput",
             "why", "convergence", "resources", "cost", "tips", "recommendations", "gpu", "matrix",
             "runtimes", "methodology")
+#: Sections shown only when the study has their cells (issue 38's experiments), and every
+#: partial the page includes, in its order.
+OPTIONAL_SECTIONS = ("answer", "threads")
+PARTIALS = ("verdict", "answer", "findings", "headline", "blog", "time", "phases", "throughput",
+            "threads", "why", "convergence", "resources", "cost", "tips", "recommendations",
+            "gpu", "matrix", "runtimes", "methodology")
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 COMMAND = 'make study && echo "<done>"'
 ROOT = Path(__file__).resolve().parents[2]

@@ -409,6 +409,8 @@ def _tiny_study_config() -> dict:
             # "tiny" study timed 44 cells (600 s on a 2-core AVX2 machine: the test timed out).
             "tips": {"enabled": False},
             "scale": {"enabled": False},
+            "headline": {"enabled": False},
+            "threads": {"enabled": False},
         },
     }
 

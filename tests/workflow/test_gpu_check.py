@@ -27,6 +27,8 @@ experiments:
   sweep: {enabled: false}
   tips: {enabled: false}
   scale: {repeats: 1, widths: [2], precisions: [fp32]}
+  headline: {enabled: false}
+  threads: {enabled: false}
 """
 
 
@@ -61,14 +63,96 @@ def unpacked(out: Path, tmp_path: Path) -> Path:
 
 def test_plan_is_the_validated_config_with_defaults(tmp_path) -> None:
     config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/gpu.yaml").read_text())
-    assert config["devices"] == ["cuda"]
+    assert config["devices"] == ["cuda", "cpu"]
     assert config["experiments"]["sweep"]["batch_sizes"][-1] == 4096
     assert config["experiments"]["sweep"]["precisions"] == ["fp32", "tf32", "bf16", "fp16"]
     assert config["experiments"]["convergence"]["repeats"] == 2
-    # The matrix the GPU machine builds from it: the workflow's own (every experiment).
+    # The matrix the GPU machine builds from it: the workflow's own (every experiment; the
+    # threads curve on its CPU only).
     matrix = plan.Matrix.of_config(config, "h200", ["cuda"], 16)
-    assert {c.experiment for c in matrix.cells} == {"convergence", "sweep", "tips", "scale"}
+    assert {c.experiment for c in matrix.cells} == {"headline", "convergence", "sweep", "tips",
+                                                    "scale"}
     assert len([c for c in matrix.cells if c.experiment == "sweep"]) == 4 * 2 * 8 * 2
+    both = plan.Matrix.of_config(config, "h200", ["cuda", "cpu"], 16)
+    assert {c.threads for c in both.cells if c.experiment == "threads"} == {1, 2, 4, 8, 16}
+
+
+def test_the_lease_plan_measures_both_devices_and_fits_7_minutes_on_16_cores(tmp_path):
+    """config/gpu-lease.yaml on top: the headline on both devices (6 repeats of both codes),
+    the threads curve up to 16 cores (3 repeats), one convergence repeat; the sweep, tips
+    and scale left to the archived leases. Its own estimate for a 16-core host fits 420 s
+    with the GPU's convergence cells whole, and says which CPU epochs run."""
+    plan_file = make_plan(tmp_path, "config/config.yaml", "config/gpu.yaml",
+                          "config/gpu-lease.yaml")
+    config = json.loads(plan_file.read_text())
+    matrix = plan.Matrix.of_config(config, "h100", ["cuda", "cpu"], 16)
+    cells = matrix.cells
+    assert {c.experiment for c in cells} == {"headline", "threads", "convergence"}
+    headline = [c for c in cells if c.experiment == "headline"]
+    assert len(headline) == 6 * 2 * 2
+    assert len([c for c in cells if c.experiment == "threads"]) == 5 * 2 * 3
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu-study"), "estimate",
+                           "--plan", str(plan_file), "--device", "cuda", "--device", "cpu",
+                           "--cores", "16"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "fits 420 s" in proc.stdout
+    assert "convergence/cuda" not in proc.stdout  # both GPU cells whole: not in the notes
+    assert "convergence/cpu-fp32-resident-b128-r0: epochs 1-" in proc.stdout
+    total = float(proc.stdout.split("in all")[1].split("s")[0])
+    assert total <= 420
+    gpu_study = gpu_study_module()
+    ordered = gpu_study.ordered(cells)
+    kinds = [c.experiment for c in ordered]
+    assert kinds == sorted(kinds, key=["headline", "threads", "convergence"].index)
+    assert [c.device for c in ordered if c.experiment == "convergence"][:2] == ["cuda"] * 2
+
+
+def test_the_run_order_puts_other_experiments_between_threads_and_convergence():
+    """ORDER's "*": an experiment the plan enables but ORDER does not name (issue 39's
+    capture cells) runs after the threads curve and before the convergence."""
+    gpu_study = gpu_study_module()
+    cell = argparse.Namespace
+    cells = [cell(experiment=e) for e in ("convergence", "tips", "headline", "capture",
+                                          "threads")]
+    assert [c.experiment for c in gpu_study.ordered(cells)] == [
+        "headline", "threads", "tips", "capture", "convergence"]
+
+
+@pytest.mark.slow
+def test_the_lease_plan_dry_run_on_the_cpu(tmp_path, real_mnist_mirror) -> None:
+    """scripts/gpu-check end to end with DEVICE=cpu and tiny cells on the lease plan (its
+    repeats cut to one, as the overlay says, to keep the suite short): the CPU runtime
+    recorded, the estimate printed, the cells in the lease's order (headline, threads,
+    convergence) with every thread count's cell recording what it asked for and got."""
+    (tmp_path / "one.yaml").write_text(
+        "experiments:\n  headline: {repeats: 1}\n  threads: {repeats: 1}\n")
+    plan_file = make_plan(tmp_path, "config/config.yaml", "config/gpu.yaml",
+                          "config/gpu-lease.yaml", tmp_path / "one.yaml")
+    out = gpu_check(tmp_path, plan_file, real_mnist_mirror, budget=400)
+    runtime = (out / "runtime.txt").read_text()
+    assert runtime.startswith("allocator auto -> ") and "ISA: " in runtime
+    log = (out / "gpu_check.log").read_text()
+    assert "estimate for a " in log and "in all" in log
+    x = unpacked(out, tmp_path)
+    cells_log = (x / "logs" / "cells.log").read_text()
+    order = [line.split("] ")[1].split("/")[0] for line in cells_log.splitlines()
+             if "/cpu-" in line and ": exit " in line]
+    assert order == sorted(order, key=["headline", "threads", "convergence"].index)
+    cores = os.cpu_count() or 1
+    threads = sorted(json.loads(p.read_text())["params"]["threads_asked"] for p in
+                     (x / "runs" / "gpu-check-test" / "threads").glob("*/summary.json"))
+    counts = [t for t in (1, 2, 4, 8, 16, 32, 64) if t < cores] + [cores]
+    assert threads == sorted(counts * 2)
+    for path in (x / "runs" / "gpu-check-test").glob("*/*/summary.json"):
+        summary = json.loads(path.read_text())
+        assert summary["status"] == "ok", (path, summary["reason"])
+        params = summary["params"]
+        if params["experiment"] == "threads":
+            assert params["threads"] == params["threads_asked"]
+        assert params["loader_threads"] == (1 if params["loader"] == "dataloader" else 0)
+    assert (out / "not_run.txt").read_text() == ""
+    assert len(list(out.iterdir())) <= 8  # what the device tool returns
 
 
 def test_plan_refuses_a_bad_config_naming_the_key(tmp_path) -> None:
@@ -142,12 +226,16 @@ def test_cells_the_budget_leaves_out_are_listed_not_started(tmp_path) -> None:
     runner.mnistbench = lambda argv, timeout, log: started.append(argv) or 0
     conv = next(c for c in matrix.cells if c.experiment == "convergence")
     sweep = next(c for c in matrix.cells if c.experiment == "sweep")
-    runner.cell(conv)  # a first guess of 120 s: more than the budget
+    runner.cores = 16
+    expected = gpu_study.estimate_cell(conv, 16)
+    args.budget = expected  # the step model: more than the budget with a cell's margin
+    runner.cell(conv)  # one epoch: none to cut
+    args.budget = 30.0
     runner.cell(sweep)  # --expect: 40 s
     assert started == []
     assert [line.split(":")[0] for line in runner.not_run] == [
         f"convergence/{conv.id}", f"sweep/{sweep.id}"]
-    assert "a cell like it took 120 s" in runner.not_run[0]
+    assert f"the step model expects {expected:.0f} s" in runner.not_run[0]
     assert "a cell like it took 40 s" in runner.not_run[1]
     with pytest.raises(Exception, match="EXPERIMENT/DEVICE/LOADER"):
         gpu_study.expectation("sweep=4")
@@ -160,7 +248,8 @@ def test_an_earlier_leases_ok_cells_and_limit_are_kept_not_run_again(tmp_path) -
     gpu_study = gpu_study_module()
     (tmp_path / "two.yaml").write_text(
         "experiments:\n  convergence: {repeats: 2, loaders: [resident]}\n"
-        "  sweep: {enabled: false}\n  tips: {enabled: false}\n  scale: {enabled: false}\n")
+        "  sweep: {enabled: false}\n  tips: {enabled: false}\n  scale: {enabled: false}\n"
+        "  headline: {enabled: false}\n  threads: {enabled: false}\n")
     config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/quick.yaml",
                                   tmp_path / "two.yaml").read_text())
     matrix = plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 1)
@@ -192,3 +281,29 @@ def test_an_earlier_leases_ok_cells_and_limit_are_kept_not_run_again(tmp_path) -
     runner.cell(second)
     assert [argv[0] for argv in started] == ["train"] and runner.not_run != []  # no summary
     assert "no summary" in runner.not_run[0]
+
+
+def test_a_convergence_cell_runs_the_epochs_that_fit_and_says_which(tmp_path) -> None:
+    """A 10-epoch convergence cell that would not end within the budget runs the epochs
+    that fit (its --epochs after the cell's flags), named in not_run.txt with them."""
+    gpu_study = gpu_study_module()
+    config = json.loads(make_plan(tmp_path, "config/config.yaml", "config/gpu.yaml",
+                                  "config/gpu-lease.yaml").read_text())
+    matrix = plan.Matrix.of_config(config, "gpu-check-test", ["cpu"], 16)
+    conv = next(c for c in matrix.cells if c.experiment == "convergence"
+                and c.loader == "resident")
+    args = argparse.Namespace(budget=60.0, runs=tmp_path / "work" / "runs",
+                              out=tmp_path / "out", extra="", cell_timeout=60.0,
+                              data=tmp_path / "mnist", expect=[])
+    args.out.mkdir()
+    runner = gpu_study.Runner(args, config, "gpu-check-test")
+    runner.cores = 16
+    started = []
+    runner.mnistbench = lambda argv, timeout, log: started.append(argv) or 0
+    fit = gpu_study.epochs_fit(gpu_study.estimate_cell(conv, 16, 1),
+                               gpu_study.estimate_cell(conv, 16, 2), runner.left(), 10)
+    assert 1 <= fit < 10
+    runner.cell(conv)
+    argv = started[0]
+    assert argv[argv.index("--data") - 2:argv.index("--data")] == ["--epochs", str(fit)]
+    assert runner.not_run[0].startswith(f"convergence/{conv.id}: epochs 1-{fit} of 10 run")

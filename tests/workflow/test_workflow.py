@@ -62,6 +62,9 @@ def tiny_config(data_dir: Path, workdir: Path, **overrides) -> dict:
                       "repeats": 1, "max_steps": 2, **TINY_EXPERIMENT},
             "tips": {"enabled": False},  # on in tests that time tips (test_tips_*)
             "scale": {"enabled": False},  # tests/workflow/test_workflow_scale.py plans it
+            # On by default; their cells are the convergence experiment's codes, short.
+            "headline": {"enabled": False},
+            "threads": {"enabled": False},
         },
     }
     config.update(overrides)

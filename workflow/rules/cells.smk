@@ -96,3 +96,13 @@ def merged_peaks():
     """Every measured limit the aggregate reads: this study's, plus those of environments
     copied in from other machines (their summaries are merged: merged_summaries)."""
     return peak_records() + plan.other_peaks(RUNS, STUDY_ENVS)
+
+
+def experiment_summaries(*experiments):
+    """summary.json of this study's cells of ``experiments`` only (the target of
+    `snakemake one_machine`: the headline and threads experiments)."""
+    return [
+        summary
+        for cell, summary in zip(MATRIX.cells, MATRIX.summaries(RUNS))
+        if cell.experiment in experiments
+    ]

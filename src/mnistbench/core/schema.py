@@ -34,7 +34,7 @@ from typing import Any
 #: Version of summary.json. A later version only adds fields: every field added after
 #: version 1 is listed in :data:`ADDED_IN`, and a summary of an older version is read with those
 #: fields empty, so results of machines running an older mnistbench still merge.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Field -> the schema version that added it (fields not listed are in version 1).
 ADDED_IN: dict[str, int] = {
@@ -72,6 +72,8 @@ ADDED_IN: dict[str, int] = {
     # summary.csv columns joined from the environment's measured limit (issue 25): not
     # fields of summary.json, so no new version; a table written before them reads them empty.
     **dict.fromkeys(("limit_gflops", "limit_kernel", "limit_share_pct", "limit_source"), 4),
+    # The threads a cell asked for and the DataLoader's own (issue 38: the threads experiment).
+    **dict.fromkeys(("threads_asked", "loader_threads"), 5),
 }
 
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
@@ -101,6 +103,13 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "lr": ("", "Adam learning rate"),
     "seed": ("", "seed of initialisation, shuffling and dropout"),
     "threads": ("", "torch intra-op CPU threads used"),
+    # The threads asked for and the DataLoader's own (issue 38: the threads experiment).
+    "threads_asked": ("", "torch intra-op CPU threads asked for (--threads; 0: torch's "
+                      "default, one per physical core); threads is what the cell got"),
+    "loader_threads": ("", "threads the DataLoader's own work ran on: 0 without a DataLoader "
+                       "(data held on the device), 1 without worker processes (the training "
+                       "process's main thread, between steps), else one per worker process "
+                       "(PyTorch gives each worker 1 intra-op thread)"),
     "workers": ("", "DataLoader worker processes (dataloader loader only)"),
     "pin_memory": ("", "DataLoader pin_memory (dataloader loader only)"),
     "compile": ("", "torch.compile mode, empty for eager: default, reduce-overhead, max-autotune"),

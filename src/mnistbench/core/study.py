@@ -24,8 +24,16 @@ from dataclasses import dataclass
 from mnistbench.core.devices import is_supported
 from mnistbench.core.envvars import CONTAINER_VAR, ENV_NAME_VAR
 
-#: The experiments of a study, in the order their cells are listed within a repeat.
-EXPERIMENTS = ("convergence", "sweep", "tips", "scale")
+#: The experiments of a study, in the order their cells are listed within a repeat: the
+#: headline's short cells and the threads curve first, so that their repeats spread over the
+#: whole study (a drift of the machine hits every code, device and thread count alike).
+EXPERIMENTS = ("headline", "threads", "convergence", "sweep", "tips", "scale")
+#: The experiment of the answer measured like for like: both codes on every device of the
+#: environment, short cells with enough repeats for an interval (:func:`headline_settings`).
+HEADLINE_EXPERIMENT = "headline"
+#: The experiment of the CPU's scaling with threads: both codes at 1, 2, 4, ... threads up to
+#: every core (:func:`thread_counts`); CPU cells only.
+THREADS_EXPERIMENT = "threads"
 
 #: Longest name :func:`safe_name` returns, in characters.
 MAX_NAME_LEN = 100
@@ -298,6 +306,8 @@ class Cell:
     max_batch: bool = False  # the cell finds the largest batch size that fits
     # The scale experiment's cells set this: the network's channel width multiplier.
     width: int = 1
+    # The threads experiment's cells set this: torch's intra-op threads (None: config threads).
+    threads: int | None = None
 
     @property
     def shows_width(self) -> bool:
@@ -312,6 +322,8 @@ class Cell:
         parts = [self.tip] if self.tip else []
         if self.shows_width:
             parts.append(f"x{self.width}")
+        if self.threads is not None:
+            parts.append(f"t{self.threads}")
         return "-".join(parts)
 
     @property
@@ -364,6 +376,8 @@ class Cell:
             args.append("--max-batch")
         if self.shows_width:  # only there: the other cells' flags stay as they were
             args += ["--width", str(self.width)]
+        if self.threads is not None:
+            args += ["--threads", str(self.threads)]
         return args
 
 
@@ -378,8 +392,10 @@ def build_matrix(experiments: Mapping[str, Mapping], devices: Sequence[str], see
     precision a device does not support (tf32 or fp16 on cpu) is not a cell of the study, nor
     is a tip that does not apply to a device (the report shows it as n/a with
     :attr:`Tip.not_applicable`). A scale cell runs each of ``widths`` on every device, and
-    ``accelerator_widths`` besides on any other than the CPU. ``cores``: the machine's
-    logical cores (tip workers=cores)."""
+    ``accelerator_widths`` besides on any other than the CPU. A headline cell runs each code
+    on every device; a threads cell each code on the CPU at every thread count, the counts
+    in turn (1 thread: blog, best; 2 threads: ...). ``cores``: the machine's logical cores
+    (tip workers=cores, the threads experiment's counts)."""
     enabled = [name for name in EXPERIMENTS if name in experiments
                and experiments[name]["enabled"]]
     repeats = max((experiments[name]["repeats"] for name in enabled), default=0)
@@ -415,6 +431,14 @@ def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> l
         return [{"precision": spec["precision"], "loader": loader,
                  "batch_size": spec["batch_size"], **CONVERGENCE_CODE[loader][1]}
                 for loader in spec["loaders"] if is_supported(device, spec["precision"])]
+    if experiment == HEADLINE_EXPERIMENT:
+        return headline_settings(spec, device)
+    if experiment == THREADS_EXPERIMENT:
+        if device != "cpu":
+            return []
+        return [{**settings, "threads": threads}
+                for threads in thread_counts(spec["thread_counts"], cores)
+                for settings in headline_settings(spec, device)]
     if experiment == "scale":
         return [{"precision": precision, "loader": spec["loader"],
                  "batch_size": spec["batch_size"], "implementation": spec["implementation"],
@@ -424,6 +448,47 @@ def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> l
     return [{"precision": precision, "loader": loader, "batch_size": batch_size}
             for precision in spec["precisions"] if is_supported(device, precision)
             for loader in spec["loaders"] for batch_size in spec["batch_sizes"]]
+
+
+#: The loader of each kind of code (the inverse of :data:`CONVERGENCE_CODE`).
+CODE_LOADERS = {kind: loader for loader, (kind, _) in CONVERGENCE_CODE.items()}
+
+
+def headline_settings(spec: Mapping, device: str) -> list[dict]:
+    """The cells of one repeat of the headline (or threads) experiment on ``device``: each of
+    ``spec["codes"]`` (``blog``: the blog's code as written; ``best``: this project's best, as
+    the convergence experiment runs them) at the spec's precision and batch size, in that
+    order; none where the device lacks the precision."""
+    if not is_supported(device, spec["precision"]):
+        return []
+    return [{"precision": spec["precision"], "loader": CODE_LOADERS[kind],
+             "batch_size": spec["batch_size"], **CONVERGENCE_CODE[CODE_LOADERS[kind]][1]}
+            for kind in spec["codes"]]
+
+
+def thread_counts(configured: object, cores: int) -> list[int]:
+    """The intra-op thread counts of the threads experiment, ascending: ``auto`` gives 1, 2,
+    4, 8, ... below ``cores`` and ``cores`` itself (16 -> 1, 2, 4, 8, 16; 12 -> 1, 2, 4, 8,
+    12; 1 -> 1); a list is taken as it is, each count at most ``cores`` (more threads than
+    cores measures oversubscription, not scaling: a :class:`StudyError` naming the key)."""
+    cores = max(1, int(cores))
+    if configured == "auto":
+        counts, n = [], 1
+        while n < cores:
+            counts.append(n)
+            n *= 2
+        return [*counts, cores]
+    if not isinstance(configured, Iterable):
+        raise StudyError(f"invalid config key experiments.threads.thread_counts: {configured!r}"
+                         "; give auto or a list of thread counts.")
+    counts = sorted({int(n) for n in configured})
+    over = [n for n in counts if n > cores]
+    if over:
+        raise StudyError(
+            f"invalid config key experiments.threads.thread_counts: {over} exceed this "
+            f"machine's {cores} cores; list counts up to {cores}, or use auto (1, 2, 4, ... "
+            "and every core).")
+    return counts
 
 
 def scale_widths(spec: Mapping, device: str) -> list[int]:

@@ -539,10 +539,13 @@ class Matrix:
                   cores: int) -> Matrix:
         """The matrix of a validated config's experiments for ``devices_``, with ``env`` this
         machine's environment (:func:`cell_envs`) and ``cores`` its logical cores."""
-        return cls(study.build_matrix(
-            config["experiments"], devices_, config["seed"],
-            envs_of=lambda device: cell_envs(config, env, device), cores=cores,
-        ))
+        try:
+            return cls(study.build_matrix(
+                config["experiments"], devices_, config["seed"],
+                envs_of=lambda device: cell_envs(config, env, device), cores=cores,
+            ))
+        except study.StudyError as exc:  # e.g. more threads than this machine's cores
+            raise PlanError(str(exc)) from None
 
     def __len__(self) -> int:
         return len(self.by_key)

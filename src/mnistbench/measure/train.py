@@ -148,6 +148,8 @@ class TrainConfig:
         """The resolved parameters, keyed as :data:`schema.PARAM_FIELDS`."""
         values = asdict(self)
         values.update(self.resolved)
+        values["threads_asked"] = self.threads  # values["threads"]: what the cell got
+        values["loader_threads"] = (0 if self.loader != "dataloader" else self.workers or 1)
         values["env"] = self.env or study.environment_name()
         values["cell"] = self.cell or Path(self.out).name
         values["cuda_graphs"] = self.compile == "reduce-overhead" and self.device == "cuda"

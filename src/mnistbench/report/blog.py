@@ -362,6 +362,29 @@ def verdict_single_core(cpu_pct: float | None, cores: int | None) -> str:
     return CONFIRMED if cpu_pct <= SINGLE_CORE_MAX_PCT else CONTRADICTED
 
 
+#: "No effective parallel computing" is contradicted when every core trains the blog's code
+#: at least this much faster than one thread (the interval's low end above it), confirmed
+#: when the gain stays below it (the interval's high end).
+PARALLEL_GAIN = 1.25
+
+
+def verdict_parallel(gain) -> str:
+    """"No effective parallel computing", from the threads experiment: ``gain`` (a
+    :class:`mnistbench.results.stats.Estimate` of the blog's code's rate at every core over
+    one thread's). Contradicted when its interval lies above :data:`PARALLEL_GAIN` (one run
+    a side: the value), confirmed when below, not checkable when it holds the threshold or
+    there is no estimate."""
+    if gain is None:
+        return NOT_CHECKABLE
+    low = gain.low if gain.has_interval else gain.value
+    high = gain.high if gain.has_interval else gain.value
+    if low >= PARALLEL_GAIN:
+        return CONTRADICTED
+    if high < PARALLEL_GAIN:
+        return CONFIRMED
+    return NOT_CHECKABLE
+
+
 def largest_phase(phase_seconds: Mapping[str, float]) -> str:
     """The phase of a training step that takes longest (of data, forward, backward,
     optimizer)."""

@@ -130,10 +130,10 @@ def _runs(est: stats.Estimate) -> str:
 def _qualified(est: stats.Estimate, span: str) -> str:
     """``span`` named as what it is: a 95 % interval where the runs give it, else a range of
     the runs with the coverage they do give (a lower bound for a comparison)."""
-    if est.coverage is not None and est.coverage < stats.CONFIDENCE - 1e-9:
+    if est.coverage is not None and est.coverage < est.confidence - 1e-9:
         bound = "at least " if "two medians" in est.method else ""
         return f"range of {_runs(est)}: {span}, {bound}{est.coverage * 100:.0f} % coverage"
-    return f"95 % CI {span}, {_runs(est)}"
+    return f"{est.confidence * 100:.0f} % CI {span}, {_runs(est)}"
 
 
 def interval(est: stats.Estimate | None, unit: str = "") -> str:
@@ -166,10 +166,10 @@ def interval_qualifier(est: stats.Estimate | None) -> str | None:
     coverage" or "95 % CI, 7 runs"; None without an interval."""
     if est is None or not est.has_interval:
         return None
-    if est.coverage is not None and est.coverage < stats.CONFIDENCE - 1e-9:
+    if est.coverage is not None and est.coverage < est.confidence - 1e-9:
         bound = "at least " if "two medians" in est.method else ""
         return f"range of {_runs(est)}, {bound}{est.coverage * 100:.0f} % coverage"
-    return f"95 % CI, {_runs(est)}"
+    return f"{est.confidence * 100:.0f} % CI, {_runs(est)}"
 
 
 class TableIntervals:

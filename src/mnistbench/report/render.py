@@ -22,6 +22,7 @@ from pathlib import Path
 from mnistbench.core import atomic
 from mnistbench.report import charts as chart_views
 from mnistbench.report.sections import (
+    answer,
     blog_check,
     convergence,
     costs,
@@ -35,6 +36,7 @@ from mnistbench.report.sections import (
     recommendations,
     resources,
     runtimes,
+    threads,
     throughput,
     tips,
     training_time,
@@ -46,9 +48,9 @@ from mnistbench.results import aggregate, cost
 
 #: The modules that build the context, in the order of the page; each ``context(inputs)``
 #: returns its own keys (the charts come from :mod:`mnistbench.report.charts`).
-SECTIONS = (page, verdict, findings, headline, blog_check, training_time, phases, throughput,
-            why, convergence, resources, costs, tips, recommendations, gpu, matrix, runtimes,
-            methodology)
+SECTIONS = (page, verdict, answer, findings, headline, blog_check, training_time, phases,
+            throughput, threads, why, convergence, resources, costs, tips, recommendations, gpu,
+            matrix, runtimes, methodology)
 
 
 class ReportError(Exception):

@@ -609,3 +609,153 @@ def headline_bars(summary) -> tuple[str, list[Bar]]:
                     bars.append(Bar(f"this study, {name}: {code_short(group)}", value, device,
                                     seconds(value)))
     return env, bars
+
+
+# ---------------------------------------------------------------------------- one machine
+# The headline experiment (both codes on every device of one environment, short cells,
+# repeats interleaved) and the threads experiment (both codes on the CPU at 1, 2, 4, ...
+# threads): absent from older studies, whose report shows neither.
+
+#: The headline experiment's intervals: 6 repeats a side give a ratio at least 93.9 %.
+ONE_MACHINE_CONFIDENCE = stats.HEADLINE_CONFIDENCE
+#: A convergence cell's epochs from this one on are its steady rate (on an AMD Zen 4 the
+#: blog's code took 64 s in epoch 3 and 59 s from epoch 4 on).
+STEADY_FROM_EPOCH = 4
+#: A short cell's rate agrees with the steady epochs of the same code within this share.
+AGREEMENT_TOLERANCE = 0.05
+#: The rate the headline and threads experiments compare (training samples per second of the
+#: timed steps; evaluation is not part of it).
+RATE = "samples_per_s"
+
+
+def short_cells(summary, experiment: str):
+    """The ok cells of the headline or threads ``experiment`` that ran one of the two codes
+    (blog, best) and recorded a rate."""
+    part = ok(summary, experiment)
+    if part.empty:
+        return part
+    part = part[part[CODE].isin(("blog", "best"))]
+    return part[numeric_column(part, RATE).notna()]
+
+
+@dataclass(frozen=True)
+class OneMachine:
+    """The headline experiment's figures of one environment: GPU over CPU per code (by
+    accelerator device) and best over blog per device, each a ratio of median rates with its
+    interval, and why this environment leads."""
+
+    env: str
+    why: str
+    devices: tuple[str, ...]
+    gpu_over_cpu: dict  # (device, code) -> stats.Estimate | None
+    best_over_blog: dict  # device -> stats.Estimate | None
+
+    @property
+    def has_gpu(self) -> bool:
+        return any(d != "cpu" for d in self.devices) and "cpu" in self.devices
+
+
+def one_machine_env(summary) -> tuple[str, str] | None:
+    """(env, why) of the environment the answer is measured on: of those with ok headline
+    cells, one that measured its CPU and an accelerator, else any; then the most ok headline
+    cells, the local runner (not a container or SLURM job), the name. Same-hardware
+    environments (local, container, SLURM) are never pooled: the others are listed apart."""
+    cells = short_cells(summary, study.HEADLINE_EXPERIMENT)
+    if cells.empty:
+        return None
+    envs = sorted(set(cells["env"]))
+
+    def both(env) -> bool:
+        here = set(cells.loc[cells["env"] == env, "device"])
+        return "cpu" in here and bool(here - {"cpu"})
+
+    with_both = [e for e in envs if both(e)]
+    pool = with_both or envs
+    env = min(pool, key=lambda e: (-int((cells["env"] == e).sum()), scheduled(summary, e), e))
+    if with_both:
+        why = ("the environment that measured its CPU and its GPU on one machine"
+               if len(with_both) == 1 else
+               f"of {len(with_both)} environments that measured both devices, the one with "
+               "the most runs (they are not pooled)")
+    else:
+        why = ("the environment of the headline runs" if len(envs) == 1 else
+               f"of {len(envs)} environments with headline runs (same hardware is not "
+               "pooled), the one with the most runs, the local runner first")
+    return env, why
+
+
+def one_machine(summary, env: str, why: str = "",
+                confidence: float = ONE_MACHINE_CONFIDENCE) -> OneMachine:
+    """The ratios of ``env``'s headline cells: rate of the GPU over the CPU's per code, and of
+    this project's best over the blog's code per device (faster is larger)."""
+    cells = short_cells(summary, study.HEADLINE_EXPERIMENT)
+    cells = cells[cells["env"] == env]
+    found = [d for d in devices(summary) if d in set(cells["device"])]
+
+    def rates(device, code):
+        return col(cells[(cells["device"] == device) & (cells[CODE] == code)], RATE)
+
+    gpu = {(d, code): stats.ratio_ci(rates(d, code), rates("cpu", code), confidence)
+           for d in found if d != "cpu" for code in ("blog", "best")
+           if rates(d, code) and rates("cpu", code)}
+    best = {d: stats.ratio_ci(rates(d, "best"), rates(d, "blog"), confidence)
+            for d in found if rates(d, "best") and rates(d, "blog")}
+    return OneMachine(env, why, tuple(found), gpu, best)
+
+
+def steady_agreement(summary, epochs, env: str, device: str, code: str):
+    """(short cells' median rate, steady epochs' median rate, short / steady - 1, steady
+    epochs counted) of one code on one device of ``env``: the headline cells against the
+    convergence cells' quiet epochs from :data:`STEADY_FROM_EPOCH` on; None where either
+    side is missing."""
+    short = short_cells(summary, study.HEADLINE_EXPERIMENT)
+    short = short[(short["env"] == env) & (short["device"] == device) & (short[CODE] == code)]
+    conv = ok(summary, "convergence")
+    conv = conv[(conv["env"] == env) & (conv["device"] == device) & (conv[CODE] == code)]
+    if short.empty or conv.empty or epochs is None or epochs.empty:
+        return None
+    rows = epochs[(epochs["env"] == env) & (epochs["experiment"] == "convergence")
+                  & epochs["cell"].isin(set(conv["cell"]))]
+    rows = rows[numeric_column(rows, "epoch") >= STEADY_FROM_EPOCH]
+    if "disturbed" in rows.columns:
+        rows = rows[rows["disturbed"].map(lambda v: missing(v) or str(v) == "")]
+    fast, steady = median(col(short, RATE)), median(col(rows, RATE))
+    if fast is None or steady is None or steady <= 0:
+        return None
+    return fast, steady, fast / steady - 1.0, len(col(rows, RATE))
+
+
+def threads_of(frame):
+    """Each row's threads asked for (``threads_asked``), else those it got (``threads``)."""
+    asked = numeric_column(frame, "threads_asked")
+    return asked.where(asked > 0, numeric_column(frame, "threads"))
+
+
+def threads_curve(summary, env: str, code: str) -> list[dict]:
+    """The threads experiment of one code in ``env``, by threads ascending: threads asked
+    and got, the DataLoader's threads, the rates (median, min, max, n), the CPU use, and
+    the speed-up over the fewest threads with its interval (None on that row)."""
+    cells = short_cells(summary, study.THREADS_EXPERIMENT)
+    cells = cells[(cells["env"] == env) & (cells[CODE] == code)]
+    if cells.empty:
+        return []
+    cells = cells.assign(_threads=threads_of(cells))
+    counts = sorted(int(t) for t in set(cells["_threads"].dropna()))
+    base = col(cells[cells["_threads"] == counts[0]], RATE)
+    out = []
+    for n in counts:
+        part = cells[cells["_threads"] == n]
+        rates = col(part, RATE)
+        out.append({
+            "threads": n, "got": distinct(part, "threads"),
+            "loader_threads": distinct(part, "loader_threads"),
+            "rate": stats.spread(rates), "cpu_pct": median(col(part, "cpu_pct_mean")),
+            "speedup": None if n == counts[0] else stats.ratio_ci(rates, base),
+            "part": part,
+        })
+    return out
+
+
+def threads_envs(summary) -> list[str]:
+    """The environments with ok threads cells, by name."""
+    return sorted(set(short_cells(summary, study.THREADS_EXPERIMENT)["env"]))

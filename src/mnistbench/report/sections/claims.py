@@ -27,6 +27,7 @@ from mnistbench.report.formatting import (
     seconds,
     usd,
 )
+from mnistbench.report.sections import threads
 from mnistbench.report.selections import (
     CODE,
     Inputs,
@@ -433,6 +434,14 @@ def _cpu_use(inputs: Inputs) -> dict:
     use = median(col(cells, "cpu_pct_mean"))
     cores = median(col(cells, "cpu_cores_logical"))
     verdict = blog.verdict_single_core(use, int(cores) if cores else None)
+    curve = threads.parallel(inputs)  # the threads experiment decides it where it ran
+    if curve is not None and curve[0] != blog.NOT_CHECKABLE:
+        gain_verdict, numbers, _ = curve
+        short = ("the blog's code gains little from more threads here" if
+                 gain_verdict == blog.CONFIRMED else
+                 "the blog's code trains faster on more threads here")
+        return _check("Single core near 100 %", claim, gain_verdict,
+                      f"Decided by the threads experiment: {numbers}", short=short, rank=6)
     if use is None:
         return _check("Single core near 100 %", claim, verdict, source)
     numbers = (f"Here ({source}) the training process used {num(use, 3, '%')} of a core on "

@@ -24,6 +24,15 @@ def _env_rows(summary, envs) -> list[dict]:
     return rows
 
 
+def _unrecorded(summary, key: str) -> bool:
+    """Whether ``key`` is a field this schema version added (schema.ADDED_IN) that no cell of
+    the study recorded: its summaries predate it, so neither its settings nor the column
+    table name it."""
+    if schema.ADDED_IN.get(key, 1) < schema.SCHEMA_VERSION:
+        return False
+    return key not in summary.columns or all(missing(v) for v in summary[key].tolist())
+
+
 def _settings(summary) -> list[dict]:
     params = {**schema.PARAM_FIELDS}
     if TIP_COLUMN in summary.columns and TIP_COLUMN not in params:
@@ -32,7 +41,8 @@ def _settings(summary) -> list[dict]:
     for experiment, group in summary.groupby("experiment", sort=True):
         shown = []
         for key, (unit, _) in params.items():
-            if key in schema.ID_COLUMNS or key not in group.columns:
+            if key in schema.ID_COLUMNS or key not in group.columns or _unrecorded(summary,
+                                                                                  key):
                 continue
             values = sorted({v for v in group[key].tolist() if not missing(v)},
                             key=lambda v: (isinstance(v, str), v))
@@ -53,6 +63,7 @@ def context(inputs: Inputs) -> dict:
         "env_rows": _env_rows(inputs.summary, inputs.envs),
         "settings": _settings(inputs.summary),
         "columns": [{**row, "description": _worded(row["description"])}
-                    for row in aggregate.column_rows()],
+                    for row in aggregate.column_rows()
+                    if not _unrecorded(inputs.summary, row["name"])],
         "command": readable_command(inputs.command) if inputs.command else "",
     }

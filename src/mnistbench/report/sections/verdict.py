@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mnistbench.core import study
 from mnistbench.report import blog
-from mnistbench.report.formatting import num, plural, seconds
+from mnistbench.report.formatting import num, plural, ratio_interval, seconds
 from mnistbench.report.sections import claims
 from mnistbench.report.selections import (
     CODE,
@@ -22,6 +22,8 @@ from mnistbench.report.selections import (
     gpu_absence,
     hardware,
     median,
+    one_machine,
+    one_machine_env,
     speedup,
 )
 
@@ -46,6 +48,35 @@ def _speedups(inputs: Inputs, cells) -> str:
             "code).")
     return (f"GPU speed-up: {' and '.join(parts)} ({hardware(inputs.summary, env, 'cuda')} "
             f"against {hardware(inputs.summary, env, 'cpu')}).")
+
+
+def _one_machine(inputs: Inputs) -> tuple[str, str]:
+    """(the first line, the machine's other ratio) from the headline experiment: on an
+    environment that measured its CPU and its GPU, the GPU over the CPU per code; on one with
+    a CPU only, this project's best over the blog's code. Each with its interval and n.
+    ("", "") without headline cells."""
+    chosen = one_machine_env(inputs.summary)
+    if chosen is None:
+        return "", ""
+    env, why = chosen
+    found = one_machine(inputs.summary, env, why)
+
+    def said(est) -> str:
+        return f"{num(est.value, 3, '×')} ({ratio_interval(est)})"
+
+    best = [f"{said(est)} on the {'CPU' if d == 'cpu' else 'GPU'}"
+            for d, est in sorted(found.best_over_blog.items(), key=lambda x: x[0] != "cpu")
+            if est is not None]
+    best_line = (f"This project's best over the blog's code, same machine: {' and '.join(best)}."
+                 if best else "")
+    parts = [f"{said(est)} with {study.CODE_LABELS[code]}"
+             for (device, code), est in sorted(found.gpu_over_cpu.items()) if est is not None]
+    if not parts:
+        return best_line, ""
+    gpu = next(d for d, _ in sorted(found.gpu_over_cpu))
+    return (f"GPU speed-up on one machine ({env}: {hardware(inputs.summary, env, gpu)} "
+            f"against its own {hardware(inputs.summary, env, 'cpu')}): {' and '.join(parts)}.",
+            best_line)
 
 
 def _across_machines(inputs: Inputs, cells, gpu_env: str) -> str:
@@ -94,7 +125,8 @@ def _epochs(cells, env) -> list[str]:
 
 def word_count(context: dict) -> int:
     """Words of the verdict box as the page shows it."""
-    text = " ".join([context["verdict_heading"], context["verdict_speedup"],
+    text = " ".join([context["verdict_heading"], context["verdict_one_machine"],
+                     context["verdict_one_machine_best"], context["verdict_speedup"],
                      context["verdict_machine"], *context["verdict_epochs"],
                      context["verdict_blog"], context["verdict_tally"],
                      *context["verdict_strongest"]])
@@ -112,9 +144,17 @@ def context(inputs: Inputs) -> dict:
     threads = distinct(here, "cpu_cores_logical")
     subset = blog.subset(cells)
     ref = blog.BLOG
+    first, best = _one_machine(inputs)
+    speed = _speedups(inputs, cells)
+    if first.startswith("GPU speed-up on one machine"):
+        # The one-machine figure leads; the convergence cells' figure (often across
+        # machines) follows as a labelled second line.
+        speed = f"Second line, from the 10-epoch convergence cells: {speed}"
     out = {
         "verdict_heading": "Verdict",
-        "verdict_speedup": _speedups(inputs, cells),
+        "verdict_one_machine": first,
+        "verdict_one_machine_best": best,
+        "verdict_speedup": speed,
         "verdict_machine": (f"This machine ({env + ': ' if inputs.multi_env else ''}{machine}"
                             + (f", {plural('/'.join(cores), 'core')}" if cores else "")
                             + (f", {plural('/'.join(threads), 'thread')}" if threads else "")
