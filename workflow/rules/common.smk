@@ -170,9 +170,12 @@ def say(line):
 
 def pending_plan(dry_run=False):
     """The estimate's plan of this execution (its bench and peak jobs); on a dry run, whose
-    jobs count as done once it has printed them, the cells and limits without their file."""
+    jobs count as done once it has printed them, the cells and limits without their file.
+    """
     if dry_run:
-        cells = [c for c in MATRIX.cells if not Path(c.folder(RUNS), "summary.json").exists()]
+        cells = [
+            c for c in MATRIX.cells if not Path(c.folder(RUNS), "summary.json").exists()
+        ]
         peaks = [
             (env, device)
             for env, device in MATRIX.peaks()
@@ -188,7 +191,11 @@ def pending_plan(dry_run=False):
         for job in jobs
         if job.rule.name == "bench"
     }
-    peaks = [(job.wildcards.env, job.wildcards.device) for job in jobs if job.rule.name == "peak"]
+    peaks = [
+        (job.wildcards.env, job.wildcards.device)
+        for job in jobs
+        if job.rule.name == "peak"
+    ]
     cells = [c for c in MATRIX.cells if c.key in keys]
     return estimating.Plan.of_cells(cells, peaks, RUNS, MACHINE_CORES, STUDY_ENVS)
 
