@@ -20,8 +20,8 @@ min_version("9.0")
 if not isinstance(workflow.current_basedir, LocalSourceFile):
     raise WorkflowError(
         "mnistbench runs as a module from a local clone only: `git clone` the repository and "
-        "give the module's snakefile as the clone's Snakefile, e.g. "
-        '`module mnistbench: snakefile: "/path/to/mnistbench/Snakefile"` (docs/workflow.md).'
+        "give the module's snakefile as the Snakefile of the clone, by its path "
+        "(docs/workflow.md)."
     )
 PROJECT = Path(workflow.current_basedir.get_path_or_uri(secret_free=True)).resolve()
 # The rules import this checkout's package (standard library only while the DAG is built), so
