@@ -188,7 +188,11 @@ def test_the_watcher_prints_the_estimate_after_the_peak_then_a_line_per_cell(tmp
     watcher = est.Watcher(plan, lines.append, now=clock, heartbeat_s=60.0)
     watcher.poll()
     assert lines == []  # the peak job has not written its record: no first line yet
-    clock.now += 10
+    clock.now += 60  # a line a minute while the jobs before the cells run
+    watcher.poll()
+    assert lines.pop() == ("progress: 1 min 00 s spent; the cells start once the jobs before "
+                           "them are done (1 measured limit to go, after MNIST and any image)")
+    clock.now -= 50
     write_peak(tmp_path, {"fp32": 100.0})
     watcher.poll()
     assert len(lines) == 1 and lines[0].startswith("estimate: 4 cells, about ")

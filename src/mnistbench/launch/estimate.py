@@ -396,6 +396,13 @@ def running_line(est: Estimate, cell: str, running_s: float) -> str:
             f"{duration(est.left_s)} left")
 
 
+def waiting_line(spent_s: float, peaks_left: int) -> str:
+    """The line a minute before the first cell (MNIST, images, the measured limits)."""
+    return (f"progress: {duration(spent_s)} spent; the cells start once the jobs before "
+            f"them are done ({peaks_left} measured limit{'s' if peaks_left != 1 else ''} to "
+            "go, after MNIST and any image)")
+
+
 # ---------------------------------------------------------------------------------------------
 # The watcher: inside the Snakemake process, over the files the jobs write
 class Watcher:
@@ -439,6 +446,8 @@ class Watcher:
         peaks_left = self._peaks_left()
         if not self.announced:
             if peaks_left and self.plan.cells:
+                if now - self.last_line >= self.heartbeat_s:
+                    self._emit(waiting_line(now - self.started, peaks_left), now)
                 return
             self.announced = True
             self.cell_start = now
