@@ -90,12 +90,14 @@ def test_the_limit_is_the_peak_records_best_row_at_the_precision_else_fp32_else_
 
 # --------------------------------------------------------------------------- the fit
 def test_the_fit_recovers_overhead_and_efficiencies_from_many_cells():
-    truth = est.Model(overhead_s=2.0, k={"resident": 5.0, "dataloader": 25.0})
+    truth = est.Model(overhead={"resident": 2.0, "dataloader": 9.0},
+                      k={"resident": 5.0, "dataloader": 25.0})
     observations = [est.Observation(code, x, truth.seconds(x, code))
                     for code in ("resident", "dataloader") for x in (0.1, 0.5, 1.0, 2.0, 4.0)
                     for _ in range(20)]
     model = est.fit(observations)  # from the documented defaults
-    assert model.overhead_s == pytest.approx(2.0, rel=0.05)
+    assert model.overhead_of("resident") == pytest.approx(2.0, rel=0.1)
+    assert model.overhead_of("dataloader") == pytest.approx(9.0, rel=0.1)
     assert model.efficiency("resident") == pytest.approx(0.2, rel=0.02)
     assert model.efficiency("dataloader") == pytest.approx(0.04, rel=0.02)
     assert model.spread == pytest.approx(1 + est.SPREAD_FLOOR, rel=0.01)  # exact fit: floor
@@ -103,7 +105,7 @@ def test_the_fit_recovers_overhead_and_efficiencies_from_many_cells():
 
 
 def test_one_cell_moves_the_estimate_between_the_prior_and_what_it_took():
-    prior = est.Model(overhead_s=4.0, k={"resident": 5.0})
+    prior = est.Model(overhead={"resident": 4.0}, k={"resident": 5.0})
     x = 2.0
     slow = est.fit([est.Observation("resident", x, 40.0)], prior, {"resident": x})
     predicted = slow.seconds(x, "resident")
@@ -116,12 +118,22 @@ def test_one_cell_moves_the_estimate_between_the_prior_and_what_it_took():
 def test_the_fit_keeps_efficiency_at_most_one_and_the_overhead_non_negative():
     fast = [est.Observation("resident", x, 0.0) for x in (1.0, 2.0, 3.0)]
     model = est.fit(fast)
-    assert model.overhead_s >= 0.0
+    assert model.overhead_of("resident") >= 0.0
+    # More work taking less time: k would be below 1 (an efficiency above 1), so it is 1 and
+    # the overhead takes the rest; a negative overhead is 0.
+    backwards = [est.Observation("resident", x, 100.0 - 10 * x) for x in (1.0, 2.0, 3.0)] * 10
+    assert est.fit(backwards).efficiency("resident") == 1.0
+    # (the prior's overhead + the walls less x each) over the 30 cells and the prior's one
+    prior_c = est.DEFAULT_OVERHEAD_S["resident"]
+    assert est.fit(backwards).overhead_of("resident") == pytest.approx(
+        (prior_c + 30 * 80 - 30 * 2) / 31)
+    steep = [est.Observation("resident", x, 10 * x - 5) for x in (1.0, 2.0, 3.0)] * 10
+    assert est.fit(steep).overhead_of("resident") == 0.0
     assert model.efficiency("resident") <= 1.0
 
 
 def test_the_spread_is_the_cells_rms_relative_error():
-    model = est.Model(overhead_s=0.0, k={"resident": 1.0})
+    model = est.Model(overhead={"resident": 0.0}, k={"resident": 1.0})
     noisy = [est.Observation("resident", 10.0, w) for w in (5.0, 15.0)] * 50
     fitted = est.fit(noisy, model, {"resident": 10.0})
     assert fitted.seconds(10.0, "resident") == pytest.approx(10.0, rel=0.02)
@@ -133,10 +145,11 @@ def test_the_total_sums_the_cells_left_the_peak_jobs_and_the_tail(tmp_path):
     write_peak(tmp_path, {"fp32": 100.0})
     cells = [cell(repeat=r) for r in range(3)] + [cell(loader="dataloader")]
     plan = est.Plan.of_cells(cells, [(ENV, "cpu")], str(tmp_path), 2, [ENV])
-    model = est.Model(overhead_s=3.0, k={"resident": 4.0, "dataloader": 10.0}, spread=1.5)
+    model = est.Model(overhead={"resident": 3.0, "dataloader": 7.0},
+                      k={"resident": 4.0, "dataloader": 10.0}, spread=1.5)
     x = est.cell_gflop(cells[0]) / 100.0
     full = est.estimate(plan, model)
-    expected = (est.TAIL_S + est.PEAK_JOB_S + 3 * (3.0 + 4.0 * x) + (3.0 + 10.0 * x))
+    expected = (est.TAIL_S + est.PEAK_JOB_S + 3 * (3.0 + 4.0 * x) + (7.0 + 10.0 * x))
     assert full.left_s == pytest.approx(expected)
     assert (full.low_s, full.high_s) == pytest.approx((expected / 1.5, expected * 1.5))
     assert (full.total, full.done, full.measured_peak) == (4, 0, True)

@@ -1,12 +1,12 @@
 """How long a study takes, estimated before it starts and refitted while it runs.
 
-A timed cell's wall time is modelled as ``overhead_s + x * k[code]``: ``x`` is the cell's
+A timed cell's wall time is modelled as ``overhead[code] + x * k[code]``: ``x`` is the cell's
 work at the device's measured limit (its training and evaluation FLOPs, from the plan's steps,
 samples and :mod:`mnistbench.core.network`'s FLOPs per sample, over the peak step's GFLOP/s at
 the cell's precision: the seconds the cell would take at the limit), ``k`` the inverse of the
 efficiency of its code, told apart by its loader (``dataloader``: torchvision's per-sample
 pipeline, the blog's code; ``resident``: the data on the device, this project's) and
-``overhead_s`` what every cell costs besides (process start, data
+``overhead`` what every cell of the code costs besides (process start, data
 loading, the job's own start and the machine lock). Standard library only: the workflow
 imports this module when it builds the DAG and its watcher runs inside the Snakemake process.
 
@@ -44,11 +44,13 @@ from mnistbench.core import network, options, schema, study
 #: Share of the measured limit (the peak step's best GFLOP/s at the cell's precision) a cell's
 #: whole wall time reaches, by code (its loader, mnistbench.core.devices.LOADERS), when
 #: nothing better is known.
-DEFAULT_EFFICIENCY = {"dataloader": 0.05, "resident": 0.2}
+DEFAULT_EFFICIENCY = {"dataloader": 0.2, "resident": 0.5}
 OTHER_EFFICIENCY = 0.1  # a loader not listed above
 CODE_LABELS = {"dataloader": "DataLoader", "resident": "resident data"}
-#: s every cell costs besides its FLOPs: the job's start, the lock, the process, data loading.
-DEFAULT_OVERHEAD_S = 4.0
+#: s every cell costs besides its FLOPs, by code: the job's start, the lock, the process, data
+#: loading (torchvision's pipeline and its workers cost the DataLoader cells more).
+DEFAULT_OVERHEAD_S = {"dataloader": 12.0, "resident": 5.0}
+OTHER_OVERHEAD_S = 8.0
 #: GFLOP/s assumed before the peak step has measured the device: per core on a CPU, per
 #: device otherwise. Only `mnistbench estimate` on a fresh folder uses them; a study prints its
 #: first estimate after the peak step.
@@ -129,9 +131,9 @@ def peak_gflops(runs: str | os.PathLike[str], env: str, device: str, precision: 
 # The model and its fit
 @dataclass
 class Model:
-    """A cell's predicted wall time: ``overhead_s + x * k[code]`` (x: s at the limit)."""
+    """A cell's predicted wall time: ``overhead[code] + x * k[code]`` (x: s at the limit)."""
 
-    overhead_s: float = DEFAULT_OVERHEAD_S
+    overhead: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_OVERHEAD_S))
     k: dict[str, float] = field(
         default_factory=lambda: {c: 1 / e for c, e in DEFAULT_EFFICIENCY.items()})
     spread: float = SPREAD_DEFAULT
@@ -144,8 +146,11 @@ class Model:
     def k_of(self, code: str) -> float:
         return self.k.get(code, 1 / DEFAULT_EFFICIENCY.get(code, OTHER_EFFICIENCY))
 
+    def overhead_of(self, code: str) -> float:
+        return self.overhead.get(code, DEFAULT_OVERHEAD_S.get(code, OTHER_OVERHEAD_S))
+
     def seconds(self, x: float, code: str) -> float:
-        return self.overhead_s + x * self.k_of(code)
+        return self.overhead_of(code) + x * self.k_of(code)
 
 
 @dataclass(frozen=True)
@@ -159,40 +164,33 @@ class Observation:
 
 def fit(observations: Sequence[Observation], prior: Model | None = None,
         typical_x: Mapping[str, float] | None = None) -> Model:
-    """``prior`` refitted to ``observations`` by least squares, each parameter held by one
-    pseudo-observation at its prior value (``typical_x[code]``: the x of a typical cell of
-    the code, default the observations' mean). Efficiencies stay at most 1 and the overhead
-    at least 0. The spread: ``1 + max(SPREAD_FLOOR, rms relative error)``."""
+    """``prior`` refitted to ``observations`` by least squares, code by code: its overhead and
+    its k, each held by one pseudo-observation at its prior value (``typical_x[code]``: the x
+    of a typical cell of the code, default the observations' mean). Efficiencies stay at most
+    1 and overheads at least 0. The spread: ``1 + max(SPREAD_FLOOR, rms relative error)``."""
     prior = prior or Model()
     if not observations:
         return prior
-    codes = sorted({o.code for o in observations} | set(prior.k))
-    n = 1 + len(codes)
-    a = [[0.0] * n for _ in range(n)]
-    b = [0.0] * n
-
-    def add(row: list[float], target: float) -> None:
-        for i in range(n):
-            b[i] += row[i] * target
-            for j in range(n):
-                a[i][j] += row[i] * row[j]
-
-    mean_x = {c: [o.x for o in observations if o.code == c] for c in codes}
-    add([1.0] + [0.0] * len(codes), prior.overhead_s)
-    for i, code in enumerate(codes, start=1):
-        scale = (typical_x or {}).get(code) or (
-            sum(mean_x[code]) / len(mean_x[code]) if mean_x[code] else 1.0)
-        row = [0.0] * n
-        row[i] = scale
-        add(row, scale * prior.k_of(code))
-    for o in observations:
-        row = [1.0] + [0.0] * len(codes)
-        row[1 + codes.index(o.code)] = o.x
-        add(row, o.wall_s)
-    solution = _solve(a, b)
-    overhead = max(0.0, solution[0])
-    k = {code: max(1.0, solution[1 + i]) for i, code in enumerate(codes)}
-    model = Model(overhead_s=overhead, k=k, cells=len(observations))
+    model = Model(overhead=dict(prior.overhead), k=dict(prior.k), cells=len(observations))
+    for code in sorted({o.code for o in observations}):
+        seen = [o for o in observations if o.code == code]
+        scale = (typical_x or {}).get(code) or sum(o.x for o in seen) / len(seen)
+        # Normal equations of [1, x] . (c, k) = wall, plus (1, 0) . (c, k) = c0 and
+        # (0, scale) . (c, k) = scale * k0.
+        a = [[1.0, 0.0], [0.0, scale * scale]]
+        b = [prior.overhead_of(code), scale * scale * prior.k_of(code)]
+        for o in seen:
+            a[0][0] += 1.0
+            a[0][1] += o.x
+            a[1][0] += o.x
+            a[1][1] += o.x * o.x
+            b[0] += o.wall_s
+            b[1] += o.x * o.wall_s
+        overhead, k = _solve(a, b)
+        if k < 1.0 or overhead < 0.0:  # clamp one, refit the other
+            k = max(1.0, k)
+            overhead = max(0.0, (b[0] - a[0][1] * k) / a[0][0])
+        model.overhead[code], model.k[code] = overhead, k
     errors = [(o.wall_s - model.seconds(o.x, o.code)) / model.seconds(o.x, o.code)
               for o in observations]
     rms = math.sqrt(sum(e * e for e in errors) / len(errors))
@@ -367,7 +365,7 @@ def clock(unix: float) -> str:
 
 
 def _efficiencies(model: Model) -> str:
-    return ", ".join(f"{CODE_LABELS.get(c, c)} "
+    return ", ".join(f"{CODE_LABELS.get(c, c)} {model.overhead_of(c):.0f} s + "
                      f"{model.efficiency(c) * 100:.0f} %" for c in sorted(model.k, reverse=True))
 
 
@@ -377,7 +375,7 @@ def first_line(est: Estimate, now: float) -> str:
     return (f"estimate: {est.total} cells, about {duration(est.left_s)} "
             f"({duration(est.low_s)} to {duration(est.high_s)}) on this machine, ending about "
             f"{clock(now + est.left_s)}; from the plan's FLOPs, {peak}, "
-            f"{est.model.overhead_s:.1f} s per cell and efficiencies ({est.model.source}): "
+            f"overheads and efficiencies ({est.model.source}): "
             f"{_efficiencies(est.model)}")
 
 
