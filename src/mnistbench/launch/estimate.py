@@ -369,12 +369,13 @@ def _efficiencies(model: Model) -> str:
                      f"{model.efficiency(c) * 100:.0f} %" for c in sorted(model.k, reverse=True))
 
 
-def first_line(est: Estimate, now: float) -> str:
-    """The line a study prints before its first cell."""
+def first_line(est: Estimate, now: float, if_started: bool = False) -> str:
+    """The line a study prints before its first cell (``if_started``: a plan not running)."""
     peak = "the measured limit" if est.measured_peak else "a default limit (not measured yet)"
+    when = " if started now" if if_started else ""
     return (f"estimate: {est.total} cells, about {duration(est.left_s)} "
             f"({duration(est.low_s)} to {duration(est.high_s)}) on this machine, ending about "
-            f"{clock(now + est.left_s)}; from the plan's FLOPs, {peak}, "
+            f"{clock(now + est.left_s)}{when}; from the plan's FLOPs, {peak}, "
             f"overheads and efficiencies ({est.model.source}): "
             f"{_efficiencies(est.model)}")
 
@@ -504,7 +505,7 @@ def plan_summary(plan: Plan, now: float | None = None) -> str:
     """The first line for a plan not run yet (a dry run, `mnistbench estimate`)."""
     now = time.time() if now is None else now
     model = earlier_model(plan, exclude=[w.key for w in plan.cells])
-    return first_line(estimate(plan, model), now)
+    return first_line(estimate(plan, model), now, if_started=True)
 
 
 def progress_summary(plan: Plan, now: float | None = None) -> str:
