@@ -38,6 +38,7 @@ from mnistbench.core.options import (
     positive_float,
     use_defaults_help,
 )
+from mnistbench.launch import estimate  # `mnistbench estimate`: its parser and command
 
 
 class CliError(Exception):
@@ -726,33 +727,6 @@ def _cmd_docker_run(args) -> int:
         raise CliError(str(exc)) from None
 
 
-def _add_estimate(sub) -> None:
-    p = sub.add_parser(
-        "estimate", help="print how long a study's execution takes, or has left",
-        description="Print the estimate of an execution's duration from its plan (the file "
-        "the workflow writes when it starts, results/logs/estimate/plan.json): before its "
-        "first cell, the cells and the estimated total with a range; once cells are done, "
-        "how many and the time left, refitted from them (mnistbench.launch.estimate, "
-        "docs/workflow.md). To size a study before running it: `snakemake -n`, whose last "
-        "line is the same estimate.")
-    p.add_argument("--plan", type=Path, default=Path("results/logs/estimate/plan.json"),
-                   help="the execution's plan (default: %(default)s)")
-    p.set_defaults(func=_cmd_estimate)
-
-
-def _cmd_estimate(args) -> int:
-    from mnistbench.launch import estimate
-
-    try:
-        plan = estimate.Plan.from_json(args.plan.read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise CliError(f"cannot read the plan {args.plan} ({exc}): give the plan.json a "
-                       "study wrote when it started (results/logs/estimate/ of its working "
-                       "directory), or size a study with `snakemake -n`.") from None
-    print(estimate.progress_summary(plan))
-    return 0
-
-
 def _add_completion(sub) -> None:
     p = sub.add_parser(
         "completion", help="print the shell completion script (bash or zsh)",
@@ -788,8 +762,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="subcommand", required=True, metavar="COMMAND")
     for add in (_add_fetch, _add_train, _add_peak, _add_env, _add_env_name, _add_lock_file,
                 _add_aggregate, _add_table, _add_report, _add_pack, _add_unpack, _add_publish,
-                _add_cost_model, _add_docker, _add_estimate, _add_completion):
+                _add_cost_model, _add_docker, _add_completion):
         add(sub)
+    estimate.add_command(sub)
     return use_defaults_help(parser)
 
 
