@@ -100,7 +100,12 @@ def test_the_fit_recovers_overhead_and_efficiencies_from_many_cells():
     assert model.overhead_of("dataloader") == pytest.approx(9.0, rel=0.1)
     assert model.efficiency("resident") == pytest.approx(0.2, rel=0.02)
     assert model.efficiency("dataloader") == pytest.approx(0.04, rel=0.02)
-    assert model.spread == pytest.approx(1 + est.SPREAD_FLOOR, rel=0.01)  # exact fit: floor
+    # An exact fit: the floor, and what is left of the prior's spread after 200 cells.
+    assert model.spread == pytest.approx(1 + est.SPREAD_FLOOR + 1 / 201)
+    first = observations[0]
+    one = est.fit([first])
+    error = abs(first.wall_s / one.seconds(first.x, first.code) - 1)
+    assert one.spread == pytest.approx(1 + max(est.SPREAD_FLOOR, error) + 1 / 2)
     assert model.cells == len(observations)
 
 

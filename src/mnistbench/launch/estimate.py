@@ -23,9 +23,10 @@ The fit is least squares with the prior as one pseudo-observation per parameter,
 moves the estimate and many cells outweigh the prior. The range: ``total / f`` to
 ``total x f`` with ``f`` :data:`SPREAD_DEFAULT` on the prior alone, :data:`SPREAD_EARLIER` with
 earlier results, and after cells ``1 + max(``:data:`SPREAD_FLOOR` ``, the cells' rms relative
-error)``. Cells are assumed to run one at a time (the local executor's timed_cell limit);
-under SLURM, where cells run side by side, the estimate is the sum of the cells' times, an
-upper bound. The study's other jobs (fetch, aggregate, report) are :data:`TAIL_S`.
+error)`` plus what is left of the prior's ``(f - 1) / (1 + cells)``. Cells are assumed to run
+one at a time (the local executor's timed_cell limit); under SLURM, where cells run side by
+side, the estimate is the sum of the cells' times, an upper bound. The study's other jobs
+(fetch, aggregate, report) are :data:`TAIL_S`.
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ def fit(observations: Sequence[Observation], prior: Model | None = None,
     """``prior`` refitted to ``observations`` by least squares, code by code: its overhead and
     its k, each held by one pseudo-observation at its prior value (``typical_x[code]``: the x
     of a typical cell of the code, default the observations' mean). Efficiencies stay at most
-    1 and overheads at least 0. The spread: ``1 + max(SPREAD_FLOOR, rms relative error)``."""
+    1 and overheads at least 0. The spread: ``1 + max(SPREAD_FLOOR, rms relative error)``, plus
+    the prior's share ``(prior.spread - 1) / (1 + cells)``."""
     prior = prior or Model()
     if not observations:
         return prior
@@ -197,7 +199,8 @@ def fit(observations: Sequence[Observation], prior: Model | None = None,
     errors = [(o.wall_s - model.seconds(o.x, o.code)) / model.seconds(o.x, o.code)
               for o in observations]
     rms = math.sqrt(sum(e * e for e in errors) / len(errors))
-    model.spread = 1 + max(SPREAD_FLOOR, rms)
+    # The prior's uncertainty fades as cells come in: one cell fits itself almost exactly.
+    model.spread = 1 + max(SPREAD_FLOOR, rms) + (prior.spread - 1) / (1 + len(observations))
     return model
 
 
