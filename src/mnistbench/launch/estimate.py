@@ -25,7 +25,8 @@ moves the estimate and many cells outweigh the prior. The range: ``total / f`` t
 earlier results, and after cells ``1 + max(``:data:`SPREAD_FLOOR` ``, the cells' rms relative
 error)`` plus what is left of the prior's ``(f - 1) / (1 + cells)``. Cells are assumed to run
 one at a time (the local executor's timed_cell limit); under SLURM, where cells run side by
-side, the estimate is the sum of the cells' times, an upper bound. The study's other jobs
+side, the first estimate is the sum of the cells' times, an upper bound, and the refit, which
+counts each cell from the previous one's end, learns how many run at once. The study's other jobs
 (fetch, aggregate, report) are :data:`TAIL_S`.
 """
 
