@@ -5,14 +5,29 @@ import sys
 from importlib.util import find_spec
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+from snakemake.sourcecache import LocalSourceFile
 from snakemake.utils import min_version
 
 min_version("9.0")
 
+# This workflow's own folder, where this Snakefile is: every path of the project (src/, the
+# bench rule's digest, the Dockerfiles) resolves through it, never through the working
+# directory nor workflow.basedir, which is the deploying Snakefile's folder when this workflow
+# runs as a module (`module mnistbench: snakefile: ...`, docs/workflow.md).
+# A module from a URL (snakedeploy's github(...)) has no folder: the rules need the checkout's
+# files (src/, workflow/rules/bench.smk), so it must be a local clone.
+if not isinstance(workflow.current_basedir, LocalSourceFile):
+    raise WorkflowError(
+        "mnistbench runs as a module from a local clone only: `git clone` the repository and "
+        "give the module's snakefile as the Snakefile of the clone, by its path "
+        "(docs/workflow.md)."
+    )
+PROJECT = Path(workflow.current_basedir.get_path_or_uri(secret_free=True)).resolve()
 # The rules import this checkout's package (standard library only while the DAG is built), so
 # Snakemake alone runs the workflow: src/ goes first on sys.path unless mnistbench is
 # importable from there already (an editable install, as in .venv).
-PACKAGE_SRC = Path(workflow.basedir, "src").resolve()
+PACKAGE_SRC = PROJECT / "src"
 _found = find_spec("mnistbench")
 if _found is None or Path(_found.origin or "").resolve().parent.parent != PACKAGE_SRC:
     sys.path.insert(0, str(PACKAGE_SRC))

@@ -38,6 +38,7 @@ from mnistbench.core.options import (
     positive_float,
     use_defaults_help,
 )
+from mnistbench.launch import estimate  # `mnistbench estimate`: its parser and command
 
 
 class CliError(Exception):
@@ -763,6 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
                 _add_aggregate, _add_table, _add_report, _add_pack, _add_unpack, _add_publish,
                 _add_cost_model, _add_docker, _add_completion):
         add(sub)
+    estimate.add_command(sub)
     return use_defaults_help(parser)
 
 

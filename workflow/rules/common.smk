@@ -6,6 +6,7 @@
 # the standard library only (no numpy, no torch: Snakemake alone parses the workflow) and must
 # stay fast: a 500-cell study builds in well under 10 s (benchmarks/bench_dag.py).
 
+import atexit
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
@@ -21,6 +23,7 @@ from mnistbench.core import schema, study
 from mnistbench.core.atomic import write_json, write_text
 from mnistbench.core.devices import DEVICES
 from mnistbench.data import files
+from mnistbench.launch import estimate as estimating
 from mnistbench.launch import forkserver, plan
 from mnistbench.launch.plan import THREAD_VARIABLES
 
@@ -56,11 +59,11 @@ ENV = planned(plan.environment_name, config)
 TIMING_LOCK = planned(plan.timing_lock_file, config["lock_file"])
 # The digest of the bench rule's lines, which shape every timed cell: each cell records it
 # (env.workflow_digest) and `mnistbench publish` compares it with the checkout's.
-WORKFLOW_DIGEST = plan.workflow_digest(workflow.basedir)
+WORKFLOW_DIGEST = plan.workflow_digest(PROJECT)
 CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 # The shell lines that make `mnistbench` this project's command in every rule; None: there is
 # none here (a dry run and --lint need none; a run stops before its first job, check_software).
-SOFTWARE_PREFIX = plan.software_prefix(workflow.basedir, conda=CONDA)
+SOFTWARE_PREFIX = plan.software_prefix(PROJECT, conda=CONDA)
 shell.prefix(f"set -euo pipefail; {SOFTWARE_PREFIX or ''}")
 
 
@@ -151,16 +154,122 @@ START_HOOKS.append(start_fork_server)
 STOP_HOOKS.append(stop_fork_server)
 
 
-onstart:
+# The study's duration (mnistbench.launch.estimate; docs/workflow.md): the execution's plan
+# (its pending cells in run order, its peak jobs) goes to results/logs/estimate/plan.json
+# (`mnistbench estimate` reads it), and a watcher thread of this process follows the files the
+# jobs write: the estimate once the peak jobs are done (before the first cell), a time-left
+# line after each cell, a line a minute while a cell runs. Lines go through Snakemake's logger:
+# the terminal, .snakemake/log/, a container's output, the log of a SLURM job running it.
+# A dry run prints the estimate for its pending cells as its last line.
+ESTIMATE = {}
+
+
+def say(line):
+    logger.info(line)
+
+
+def pending_plan(dry_run=False):
+    """The estimate's plan of this execution (its bench and peak jobs); on a dry run, whose
+    jobs count as done once it has printed them, the cells and limits without their file.
+    """
+    if dry_run:
+        cells = [
+            c for c in MATRIX.cells if not Path(c.folder(RUNS), "summary.json").exists()
+        ]
+        peaks = [
+            (env, device)
+            for env, device in MATRIX.peaks()
+            if not Path(plan.peak_file(RUNS, env, device)).exists()
+        ]
+        return estimating.Plan.of_cells(cells, peaks, RUNS, MACHINE_CORES, STUDY_ENVS)
+    try:
+        jobs = list(workflow.dag.needrun_jobs())
+    except AttributeError:
+        return None
+    keys = {
+        (job.wildcards.env, job.wildcards.experiment, job.wildcards.cell)
+        for job in jobs
+        if job.rule.name == "bench"
+    }
+    peaks = [
+        (job.wildcards.env, job.wildcards.device)
+        for job in jobs
+        if job.rule.name == "peak"
+    ]
+    cells = [c for c in MATRIX.cells if c.key in keys]
+    return estimating.Plan.of_cells(cells, peaks, RUNS, MACHINE_CORES, STUDY_ENVS)
+
+
+def start_estimate():
+    study_plan = pending_plan()
+    if study_plan is None or not study_plan.cells:
+        return
+    estimating.write_plan(study_plan, Path(RESULTS, "logs", "estimate"))
+    watcher = estimating.Watcher(study_plan, say=say)
+    watcher.poll()  # the estimate now when no peak job is pending
+    watcher.start()
+    ESTIMATE["watcher"] = watcher
+
+
+def stop_estimate():
+    watcher = ESTIMATE.pop("watcher", None)
+    if watcher is not None:
+        watcher.stop()
+        watcher.poll()  # the cells that finished since its last look
+
+
+START_HOOKS.append(start_estimate)
+STOP_HOOKS.append(stop_estimate)
+
+
+def dry_run_estimate():
+    if workflow.dryrun:
+        study_plan = pending_plan(dry_run=True)
+        if study_plan is not None and study_plan.cells:
+            print(estimating.plan_summary(study_plan), flush=True)
+
+
+if workflow.is_main_process:
+    atexit.register(dry_run_estimate)
+
+
+def run_start_hooks(log=None):
     for hook in START_HOOKS:
         hook()
 
 
-onsuccess:
+def run_stop_hooks(log=None):
     for hook in reversed(STOP_HOOKS):
         hook()
+
+
+onstart:
+    run_start_hooks()
+
+
+onsuccess:
+    run_stop_hooks()
 
 
 onerror:
-    for hook in reversed(STOP_HOOKS):
-        hook()
+    run_stop_hooks()
+
+
+# As a module (`module mnistbench: ...` and `use rule * from mnistbench`, docs/workflow.md),
+# Snakemake keeps only the deploying Snakefile's onstart/onsuccess/onerror (Workflow.onstart:
+# modifier.is_main_snakefile()), so the hooks above would silently not run: no check of the
+# software, no fork server, no estimate. They go in front of the deploying workflow's
+# handlers (Snakemake's private _onstart, _onsuccess, _onerror: tests/workflow/test_module.py
+# holds them); a handler the deploying Snakefile defines after `use rule` replaces them.
+def chained(hooks, then):
+    def handler(log):
+        hooks()
+        then(log)
+
+    return handler
+
+
+if not workflow.modifier.is_main_snakefile():
+    workflow._onstart = chained(run_start_hooks, workflow._onstart)
+    workflow._onsuccess = chained(run_stop_hooks, workflow._onsuccess)
+    workflow._onerror = chained(run_stop_hooks, workflow._onerror)

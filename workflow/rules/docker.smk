@@ -9,8 +9,7 @@
 # --lint need no engine, so a study can be planned on a machine without Docker; a missing
 # Dockerfile is a config error as soon as the DAG is built.
 
-# The images' build context: the Snakefile's folder.
-PROJECT = Path(workflow.basedir).resolve()
+# The images' build context: the project's folder (PROJECT, the Snakefile's).
 
 
 def image_dockerfile(device):

@@ -277,15 +277,30 @@ def warm_up(trainer: Trainer, loaders: Loaders, cfg: TrainConfig) -> float:
     return time.perf_counter() - start
 
 
-class Progress:
-    """A one-line progress bar on stderr, redrawn at most every 0.25 s; silent when off."""
+PROGRESS_LOG_EVERY_S = 60.0  # s between two progress lines off a terminal
 
-    def __init__(self, enabled: bool) -> None:
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn at most every 0.25 s; silent when off. Off a
+    terminal (``log_every_s``: the workflow's cell log, a container's or a SLURM job's output)
+    a plain line at most every ``log_every_s`` instead, so a long cell shows it is moving."""
+
+    def __init__(self, enabled: bool, log_every_s: float = 0.0) -> None:
         self.enabled = enabled
+        self.log_every_s = log_every_s
         self._last = 0.0
+        self._logged = time.perf_counter()
 
     def update(self, epoch: int, epochs: int, step: int, steps: int, start: float,
                force: bool = False) -> None:
+        if self.log_every_s and not self.enabled:
+            now = time.perf_counter()
+            if now - self._logged >= self.log_every_s:
+                self._logged = now
+                sys.stderr.write(f"progress: epoch {epoch}/{epochs}, {step}/{steps} steps, "
+                                 f"{now - start:.0f} s into the epoch\n")
+                sys.stderr.flush()
+            return
         if not self.enabled:
             return
         now = time.perf_counter()
@@ -552,7 +567,9 @@ def execute(run: CellRun) -> None:
             if find_max_batch(cfg, device, loaders.train_size) != start:
                 loaders = build_loaders(cfg, device, shuffle_gen)  # at the size found
         run.trainer = Trainer(cfg, device, seeds["init"])
-        progress = Progress(enabled=not cfg.quiet and sys.stderr.isatty())
+        terminal = sys.stderr.isatty()  # off one, a line a minute even with --quiet
+        progress = Progress(enabled=not cfg.quiet and terminal,
+                            log_every_s=0.0 if terminal else PROGRESS_LOG_EVERY_S)
         warmup_start = time.perf_counter()
         with time_limit(cfg.time_limit):
             monitor.set_stage("warmup")
