@@ -6,7 +6,6 @@ import csv
 import errno
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -306,15 +305,13 @@ def test_cli_aggregate_reports_errors_as_one_paragraph(runs, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_500_cells_aggregate_in_seconds(tmp_path):
-    """A 500-cell study aggregates in well under 10 s."""
+def test_500_cells_aggregate(tmp_path):
+    """A 500-cell study aggregates to 500 rows (in how many seconds, against the 10 s target:
+    benchmarks/bench_report.py)."""
     runs = tmp_path / "runs"
     cells = make_study(runs, repeats=5)
     assert len(cells) == 500
-    start = time.perf_counter()
     aggregate.aggregate(runs, tmp_path / "out")
-    elapsed = time.perf_counter() - start
-    assert elapsed < 10.0, f"aggregate took {elapsed:.1f} s"
     assert len(_rows(tmp_path / "out" / "summary.csv")) == 500
 
 
