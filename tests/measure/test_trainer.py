@@ -41,6 +41,7 @@ def test_the_trainer_builds_the_network_of_its_width(implementation, width):
     assert shapes(trainer.base) != shapes(build_model(0, implementation, 3 - width))
 
 
+@pytest.mark.slow
 def test_a_width_two_cell_trains_the_network_it_records(tmp_path, tiny_mnist, monkeypatch):
     """A cell run with width 2 trains the width-2 network: the network its trainer trained has
     the width-2 parameters, and torch counts for it the FLOPs per training sample the summary

@@ -434,6 +434,7 @@ def test_hardware_label(row, label):
     assert aggregate.hardware_label(row) == label
 
 
+@pytest.mark.slow
 def test_same_cpu_model_with_another_isa_is_other_hardware(tmp_path):
     """Two environments that differ only in ISA (the same CPU model name, one with AVX512 and
     AMX) get different hardware labels in summary.csv and show side by side in the report,
