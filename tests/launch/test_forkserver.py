@@ -285,10 +285,15 @@ def test_dead_server_is_not_waited_for(tmp_path, monkeypatch, capsys, state):
     names another process) makes the client start the cell itself at once."""
     other = subprocess.Popen(["sleep", "60"])
     try:
+        deadline = time.monotonic() + 10
         if state == "zombie":
             other.kill()
-            deadline = time.monotonic() + 10
             while psutil.Process(other.pid).status() != psutil.STATUS_ZOMBIE:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+        else:  # until it shows its command line (empty between exec and its arguments: the
+            # client then waits, as for a server still starting)
+            while "sleep" not in psutil.Process(other.pid).cmdline():
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
         assert forkserver._alive(other.pid) == (state != "zombie")
