@@ -110,6 +110,21 @@ def test_a_long_file_without_a_reason_is_caught():
         "src/c.py: in LONG_FILES but 10 lines: drop it from the table"]
 
 
+def test_ruff_lints_every_python_file_of_the_package_and_its_tests():
+    """No exclude of pyproject.toml hides code: the output folders results/ and report/ share
+    their names with subpackages, and a bare name once left both packages unlinted."""
+    import subprocess
+    import sys
+
+    ruff = Path(sys.executable).with_name("ruff")
+    proc = subprocess.run([str(ruff), "check", "--show-files", "--quiet"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    linted = {Path(line) for line in proc.stdout.splitlines() if line.endswith(".py")}
+    assert linted, proc.stderr
+    code = [*ROOT.glob("src/**/*.py"), *ROOT.glob("tests/**/*.py"), *ROOT.glob("benchmarks/*.py")]
+    assert sorted(str(p.relative_to(ROOT)) for p in code if p not in linted) == []
+
+
 def test_tests_mirror_the_subpackages():
     """tests/ has a folder per subpackage of src/mnistbench (its unit tests), and each test
     folder is one of those or a part of the project outside src/ (workflow/, benchmarks/)."""
