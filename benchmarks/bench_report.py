@@ -3,7 +3,8 @@
 Generates the study (tests/fakes.py: one GPU machine, both experiments, every device,
 precision, loader and the 8 sweep batch sizes, 5 repeats = 500 cells), then times
 ``aggregate.aggregate`` and ``report.render_report`` with ``time.perf_counter`` and prints
-seconds and the ratio to the 20 s target (below 1.0 meets it).
+seconds and the ratios to the targets, 10 s for the aggregate and 20 s for the render (below
+1.0 meets them).
 
     .venv/bin/python benchmarks/bench_report.py [--repeats 5] [--keep DIR]
 """
@@ -26,10 +27,12 @@ from mnistbench.report import render as report  # noqa: E402
 from mnistbench.results import aggregate  # noqa: E402
 
 TARGET_S = 20.0  # s, target for the render on a 500-cell study
+AGGREGATE_TARGET_S = 10.0  # s, target for the aggregate of the same study
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; return 0 when the render meets the target, 1 otherwise."""
+    """Run the benchmark; return 0 when the aggregate and the render meet their targets, 1
+    otherwise."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5,
                         help="repeats per cell (5: 500 cells; default: %(default)s)")
@@ -58,13 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     total = aggregate_s + render_s
     print(f"cells:      {len(cells)}")
     print(f"generate:   {generate_s:7.2f} s (fake study, not part of the target)")
-    print(f"aggregate:  {aggregate_s:7.2f} s")
+    print(f"aggregate:  {aggregate_s:7.2f} s   ratio to the {AGGREGATE_TARGET_S:.0f} s target: "
+          f"{aggregate_s / AGGREGATE_TARGET_S:.2f}")
     print(f"render:     {render_s:7.2f} s   ratio to the {TARGET_S:.0f} s target: "
           f"{render_s / TARGET_S:.2f}")
     print(f"total:      {total:7.2f} s   ratio to the {TARGET_S:.0f} s target: "
           f"{total / TARGET_S:.2f}")
     print(f"report:     {size_mb:.2f} MiB")
-    return 0 if render_s < TARGET_S else 1
+    return 0 if render_s < TARGET_S and aggregate_s < AGGREGATE_TARGET_S else 1
 
 
 if __name__ == "__main__":

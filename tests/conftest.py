@@ -50,10 +50,21 @@ def no_gpu_reason() -> str | None:
     return f"needs a CUDA GPU: {why}; {GPU_HINT}"
 
 
+#: Markers whose tests are also ``slow``: they drive a real Docker engine or SLURM cluster (image
+#: builds, whole studies as cluster jobs: minutes), so the fast loop leaves them out even where
+#: an engine or a cluster answers.
+SLOW_MARKERS = ("docker", "slurm")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Implement the ``first`` marker: those tests move to the front (so pytest-xdist's first
-    worker starts with them, and the longest test never ends the run alone), in their order;
-    and the ``gpu`` marker: skip the marked tests where torch sees no CUDA GPU."""
+    """Mark the tests of :data:`SLOW_MARKERS` ``slow`` too; implement the ``first`` marker:
+    those tests move to the front (so pytest-xdist's first worker starts with them, and the
+    longest test never ends the run alone), in their order; and the ``gpu`` marker: skip the
+    marked tests where torch sees no CUDA GPU."""
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("first") is None)  # stable
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:

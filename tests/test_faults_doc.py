@@ -8,8 +8,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "faults.md"
 ROW = re.compile(r"^\| (?P<case>[^|]+) \| (?P<test>tests/[\w/]+\.py::\w+) "
@@ -55,20 +53,45 @@ def test_the_table_lists_at_least_150_cases():
     assert len(rows()) >= 150
 
 
-@pytest.mark.parametrize("row", rows(), ids=lambda row: row["test"].split("::")[1])
-def test_every_named_test_exists_and_asserts(row):
-    """Each row's test is a test function of the named file that can fail."""
-    path, name = row["test"].split("::")
-    functions = functions_of(REPO / path)
-    assert name in functions, f"docs/faults.md names {row['test']}, which does not exist"
-    assert asserts_something(functions[name]), f"{row['test']} asserts nothing"
-    assert row["outcome"].strip() and row["case"].strip()
+def problems_of(table: list[dict[str, str]], root: Path = REPO) -> list[str]:
+    """What is wrong with each row of ``table``: a named test that is not a test function of
+    the named file, one that asserts nothing, an empty case or outcome."""
+    problems, parsed = [], {}
+    for row in table:
+        path, name = row["test"].split("::")
+        if path not in parsed:
+            parsed[path] = functions_of(root / path) if (root / path).is_file() else {}
+        if name not in parsed[path]:
+            problems.append(f"docs/faults.md names {row['test']}, which does not exist")
+        elif not asserts_something(parsed[path][name]):
+            problems.append(f"{row['test']} asserts nothing")
+        if not (row["outcome"].strip() and row["case"].strip()):
+            problems.append(f"{row['test']}: its row has no case or no outcome")
+    return problems
+
+
+def test_every_named_test_exists_and_asserts():
+    """Each row's test is a test function of the named file that can fail (one test for the
+    whole table: the suite counts behaviours, not rows)."""
+    assert problems_of(rows()) == []
 
 
 def test_a_row_naming_a_missing_test_is_caught(tmp_path):
-    """The checks above fail for a test that is not there (so they can fail)."""
-    (tmp_path / "test_x.py").write_text("def test_real():\n    assert True\n")
-    functions = functions_of(tmp_path / "test_x.py")
-    assert "test_gone" not in functions and asserts_something(functions["test_real"])
+    """The checks above fail for a test that is not there, one that asserts nothing, a file
+    that is not there and an empty outcome (so they can fail)."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "def test_real():\n    assert True\n\n\ndef test_nothing():\n    pass\n")
+    table = [{"case": "a", "test": f"tests/{name}", "outcome": outcome}
+             for name, outcome in [("test_x.py::test_real", "refused"),
+                                   ("test_x.py::test_gone", "refused"),
+                                   ("test_x.py::test_nothing", "refused"),
+                                   ("test_y.py::test_real", "refused"),
+                                   ("test_x.py::test_real", " ")]]
+    assert problems_of(table, tmp_path) == [
+        "docs/faults.md names tests/test_x.py::test_gone, which does not exist",
+        "tests/test_x.py::test_nothing asserts nothing",
+        "docs/faults.md names tests/test_y.py::test_real, which does not exist",
+        "tests/test_x.py::test_real: its row has no case or no outcome"]
     empty = ast.parse("def test_nothing():\n    pass\n").body[0]
     assert not asserts_something(empty)

@@ -155,6 +155,7 @@ def rewrite_published(root: Path, name: str, text: str) -> None:
 
 
 # --------------------------------------------------------------------------- the publication
+@pytest.mark.slow
 def test_publish_writes_data_manifest_readme_and_the_report(project):
     """report/ gets the four tables and the cost model as in results/, a manifest with the
     environments' hardware, dates, revision, cells per status and every file's checksum, a
@@ -221,6 +222,7 @@ def test_strip_stamp_masks_only_date_times():
     assert publish.strip_stamp(html) == "<p>Generated <generated_at> on 2026-12-03: 58.7 s</p>"
 
 
+@pytest.mark.slow
 def test_committed_publication_renders_from_its_own_data(monkeypatch):
     """The committed report/index.html is what report/data renders to (but for its
     generation stamp), and every file matches the manifest's checksums."""
@@ -251,6 +253,7 @@ def test_publish_refuses_an_invalid_cell_as_failed_naming_what_is_wrong(project)
     assert not (project / "report").exists()
 
 
+@pytest.mark.slow
 def test_publish_refuses_missing_cells_and_records_a_waiver(project):
     """A cell of the config's study that never ran is refused, naming it, and nothing is
     written; --allow-missing needs a reason, and the manifest and README record both."""
@@ -358,6 +361,7 @@ def test_publish_refuses_tables_out_of_date_with_the_runs(project):
     assert "mnistbench aggregate results/runs --out-dir results" in str(info.value)
 
 
+@pytest.mark.slow
 def test_a_failed_render_leaves_the_previous_publication(project, monkeypatch):
     """When the report does not render, report/ keeps its previous data, report and README,
     and no staging folder is left."""
@@ -382,6 +386,7 @@ def republish_changed(project: Path) -> None:
     reaggregate(project)
 
 
+@pytest.mark.slow
 def test_publish_stages_the_whole_publication_before_the_swap(project, monkeypatch):
     """When the swap begins (the first rename in report/), the new data with its manifest,
     index.html and README.md are all staged, and report/ is still the old publication."""
@@ -465,6 +470,7 @@ def test_a_killed_publish_leaves_a_staging_folder_the_next_one_removes(project):
     assert not leftover.exists()
 
 
+@pytest.mark.slow
 def test_round_trip_measure_on_a_pack_unpack_on_b_publish_shows_both(tmp_path, project):
     """Machine A's results, packed there and unpacked here, are published beside this
     machine's: the manifest and the report list both environments, and the report still
@@ -487,6 +493,7 @@ def test_round_trip_measure_on_a_pack_unpack_on_b_publish_shows_both(tmp_path, p
     assert publish.verify(Path("report")) == []
 
 
+@pytest.mark.slow
 def test_an_environment_with_a_study_of_its_own_is_checked_against_its_config(project):
     """An environment that measured part of the matrix (here: no sweep) is refused as missing
     cells under the study's config, published clean with --env-configfile naming its own
@@ -707,6 +714,7 @@ def test_contradictory_publish_flags_are_usage_errors(tmp_path, capsys, args, wo
     assert not (tmp_path / "report").exists()
 
 
+@pytest.mark.slow
 def test_keep_published_keeps_environments_whose_cells_are_not_here(tmp_path, project):
     """A machine measured once and gone (its cells published, its folders lost with its
     session): with --keep-published, a publication of this machine's new cells keeps it, rows

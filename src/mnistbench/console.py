@@ -3,7 +3,8 @@ set ($MNISTBENCH_FORKSERVER) and serves it; everything else, and a ``train`` the
 not take, runs here through :func:`mnistbench.cli.main`.
 
 This is the only module that imports both the launcher and the CLI, so neither imports the
-other: a forked cell runs ``cli.main`` from the server (mnistbench.launch.forkserver).
+other: a forked cell runs :func:`mnistbench.measure.entry.main` in the server's child
+(:mod:`mnistbench.launch.forkserver`), never the CLI.
 """
 
 from __future__ import annotations

@@ -68,10 +68,29 @@ def _number_keys(node: dict, defs: dict, path: tuple[str, ...] = ()) -> list[tup
     return keys
 
 
+def schema_validator(loaded: dict):
+    """The jsonschema validator of the config schema ``loaded``, its references to other files
+    resolved beside it (as Snakemake's validate resolves them)."""
+    from urllib.parse import urlparse
+
+    import jsonschema
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    def retrieve(uri: str) -> Resource:
+        contents = yaml.safe_load(Path(urlparse(uri).path).read_text())
+        return Resource.from_contents(contents, default_specification=DRAFT202012)
+
+    loaded = {**loaded, "$id": CONFIG_SCHEMA.as_uri()}
+    cls = jsonschema.validators.validator_for(loaded)
+    return cls(loaded, registry=Registry(retrieve=retrieve))
+
+
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
 def test_config_schema_rejects_non_finite_numbers(value) -> None:
-    """Every number-valued config key refuses .nan, .inf and -.inf (as Snakemake validates
-    it, with jsonschema), naming a finite number as what is expected; finite values and the
+    """Every number-valued config key refuses .nan, .inf and -.inf, naming a finite number as
+    what is expected (every key at once through the schema's own jsonschema validator, built
+    once; Snakemake's validate, which uses it, on the first key); finite values and the
     defaults still pass."""
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
@@ -80,17 +99,29 @@ def test_config_schema_rejects_non_finite_numbers(value) -> None:
     keys = _number_keys(loaded, loaded["$defs"])
     assert ("experiments", "sweep", "lr") in keys and ("cost", "price_per_kwh") in keys
     assert len(keys) == 21  # lr and time_limit of 4 experiments, 13 of the cost model
-    for key in keys:
+
+    def config_with(*set_keys: tuple[str, ...]) -> dict:
         config: dict = {}
-        block = config
-        for part in key[:-1]:
-            block = block.setdefault(part, {})
-        block[key[-1]] = value
-        with pytest.raises(WorkflowError) as info:
-            validate(config, str(CONFIG_SCHEMA))
-        error = info.value.__context__
-        assert tuple(error.absolute_path) == key
-        assert error.schema["description"].startswith("a finite number"), key
+        for key in set_keys:
+            block = config
+            for part in key[:-1]:
+                block = block.setdefault(part, {})
+            block[key[-1]] = value
+        return config
+
+    validator = schema_validator(loaded)
+    named: dict[tuple, set[str]] = {}
+    for error in validator.iter_errors(config_with(*keys)):
+        named.setdefault(tuple(error.absolute_path), set()).add(
+            error.schema.get("description", ""))
+    assert set(named) == set(keys)
+    for key, descriptions in named.items():
+        assert any(d.startswith("a finite number") for d in descriptions), key
+    with pytest.raises(WorkflowError) as info:
+        validate(config_with(keys[0]), str(CONFIG_SCHEMA))
+    error = info.value.__context__
+    assert tuple(error.absolute_path) == keys[0]
+    assert error.schema["description"].startswith("a finite number")
     defaults: dict = {}
     validate(defaults, str(CONFIG_SCHEMA))  # (the cost model's defaults: cost.resolve)
     assert defaults["experiments"]["sweep"]["lr"] == 0.001

@@ -125,6 +125,7 @@ def test_cli_lock_file_refuses_a_planted_symlink_with_one_paragraph(tmp_path):
     assert ok.is_file()
 
 
+@pytest.mark.slow
 def test_workflow_with_a_planted_symlink_in_tmpdir_stops_and_creates_nothing(
         tmp_path, tiny_mnist):
     """TMPDIR holding a planted mnistbench-timed-cell.lock symlink: a real run stops naming

@@ -61,6 +61,7 @@ def test_backend_without_events_is_timed_with_sync_and_host_clock(tmp_path, tiny
     assert fake.calls["synchronize"] >= 2 * (1 + 4 * 3 + 1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("native", [True, False])
 def test_bf16_cell_records_the_path_the_query_gives(tmp_path, tiny_mnist, monkeypatch, native):
     """A bf16 cell records native or emulated as the backend's bf16 query says."""

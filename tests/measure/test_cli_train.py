@@ -214,19 +214,42 @@ def all_parsers():
     return [*parsers(cli.build_parser()), ("train parser", options.train_parser())]
 
 
-@pytest.mark.parametrize(("name", "parser"), all_parsers(), ids=[n for n, _ in all_parsers()])
+def shown_defaults(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """The options of ``parser`` (and optional positionals) that have a default to show."""
+    return [action for action in parser._actions
+            if not (shows_no_default(action) or isinstance(action, argparse._SubParsersAction))
+            and (action.option_strings or action.nargs == "?")]
+
+
+def default_text(action: argparse.Action) -> str:
+    """How --help must write ``action``'s default: the flag in effect for an on/off flag,
+    else its value."""
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return action.option_strings[0] if action.default else action.option_strings[-1]
+    return str(action.default)
+
+
+def test_every_parser_formats_its_defaults():
+    for name, parser in all_parsers():
+        assert parser.formatter_class is options.DefaultsHelpFormatter, name
+
+
+WITH_DEFAULTS = [(n, p) for n, p in all_parsers() if shown_defaults(p)]
+
+
+@pytest.mark.parametrize(("name", "parser"), WITH_DEFAULTS, ids=[n for n, _ in WITH_DEFAULTS])
 def test_every_help_shows_every_default(name, parser):
-    """Every option that has a default says it in --help: (default: X), or in words."""
-    assert parser.formatter_class is options.DefaultsHelpFormatter, name
+    """Every option that has a default says it in --help: "default: VALUE" (the flag in effect
+    for an on/off flag), or "VALUE (default...)" where words explain it. Parsers with no
+    default to show are left out."""
     formatter = parser._get_formatter()
-    for action in parser._actions:
-        if shows_no_default(action) or isinstance(action, argparse._SubParsersAction):
-            continue
-        if not action.option_strings and action.nargs != "?":
-            continue
+    for action in shown_defaults(parser):
         assert action.help, f"{name} {action.dest} has no help"
-        text = formatter._expand_help(action)
+        text = " ".join(formatter._expand_help(action).split())
         assert "default" in text, f"{name} {action.dest}: {text}"
+        value = default_text(action)
+        assert f"default: {value}" in text or f"{value} (default" in text, (
+            f"{name} {action.dest} (default {value}): {text}")
 
 
 def test_help_text_shows_the_defaults(capsys):

@@ -84,6 +84,7 @@ def test_a_stage_switch_row_does_not_decide_an_epochs_others_load(monkeypatch):
 
 
 # --------------------------------------------------------------------------- in a real cell
+@pytest.mark.slow
 def test_a_disturbed_epoch_is_flagged_left_out_and_warned_about(tmp_path, tiny_mnist,
                                                                 monkeypatch, capsys) -> None:
     """Where the sampler says others used 60 % of the machine during epoch 2, epochs.csv flags
@@ -163,6 +164,7 @@ def test_a_cpu_hog_during_one_epoch_flags_it(tmp_path, tiny_mnist, monkeypatch, 
     assert "timed epoch(s) were disturbed" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_disturbed_column_reads_back_as_text_through_the_tables(tmp_path, tiny_mnist,
                                                                      monkeypatch):
     """A flagged epoch's reason survives aggregate and load_tables (a text column), and the

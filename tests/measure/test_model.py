@@ -127,6 +127,7 @@ def test_layers_are_plain_outside_bf16_autocast() -> None:
     assert torch.equal(model.linear(fc, v), fc(v))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [1, 2])
 @pytest.mark.parametrize("implementation", ["stock", "tuned"])
 def test_analytic_flops_match_torchs_flop_counter(width, implementation):

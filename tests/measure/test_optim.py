@@ -29,6 +29,7 @@ def _train(opt_factory, steps: int = 5) -> list[torch.Tensor]:
     return [p.detach().clone() for p in net.parameters()]
 
 
+@pytest.mark.slow
 def test_bit_identical_to_torch_fused_adam() -> None:
     """Same parameters, bit for bit, as torch.optim.Adam(fused=True) after several steps."""
     ours = _train(lambda p: FusedAdam(p, lr=1e-3))
@@ -37,6 +38,7 @@ def test_bit_identical_to_torch_fused_adam() -> None:
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_close_to_default_adam() -> None:
     """Within float rounding of torch's default (foreach) Adam."""
     ours = _train(lambda p: FusedAdam(p, lr=1e-3))
@@ -82,6 +84,7 @@ def test_rejects_bad_arguments() -> None:
         FusedAdam([torch.nn.Parameter(torch.zeros(1))], lr=0)
 
 
+@pytest.mark.slow
 def test_does_not_import_dynamo() -> None:
     """Checking the kernel, building and stepping it leave torch._dynamo unimported (the
     start-up saving)."""
@@ -127,6 +130,7 @@ def _kernel_that_does_nothing(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sq
     """The expected signature, but no update."""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kernel", "why"), [
     (None, "has no torch._fused_adam_"),
     (_kernel_without_max_exp_avg_sqs, "rejects the expected call: TypeError"),

@@ -172,4 +172,6 @@ def test_process_start_is_exact_to_a_clock_tick() -> None:
         proc.kill()
         proc.wait()
     assert before - 0.011 <= start <= after + 0.011
-    assert abs(clock.process_start_unix(2**22 + 12345) - time.time()) < 0.5
+    before = time.time()
+    missing = clock.process_start_unix(2**22 + 12345)
+    assert before <= missing <= time.time()

@@ -69,6 +69,7 @@ def test_every_cpu_precision_and_loader_runs(tmp_path, tiny_mnist, loader, preci
     assert summary["sources"]["adam_fallback"] is None
 
 
+@pytest.mark.slow
 def test_phases_add_up_to_epoch_wall_time(tmp_path, tiny_mnist) -> None:
     """Data + forward + backward + optimizer + eval is within 5% of each epoch's wall time."""
     code, _, out = run(tmp_path, tiny_mnist, max_steps=0, epochs=2, loader="dataloader")
@@ -80,6 +81,7 @@ def test_phases_add_up_to_epoch_wall_time(tmp_path, tiny_mnist) -> None:
         assert all(float(row[f"{p}_s"]) > 0 for p in schema.PHASES)
 
 
+@pytest.mark.slow
 def test_warm_up_does_not_change_the_trajectory(tmp_path, tiny_mnist) -> None:
     """The same seed gives the same losses and accuracy with and without warm-up steps."""
     settings = {"epochs": 2, "max_steps": 6, "loader": "resident", "threads": 1}
@@ -99,6 +101,7 @@ def test_seed_changes_the_trajectory(tmp_path, tiny_mnist) -> None:
     assert a["results"]["final_train_loss"] != b["results"]["final_train_loss"]
 
 
+@pytest.mark.slow
 def test_learns_tiny_data(tmp_path, tiny_mnist) -> None:
     """Two full epochs on the synthetic digits reach high test accuracy."""
     code, summary, _ = run(tmp_path, tiny_mnist, max_steps=0, test_limit=0, epochs=2)
@@ -239,6 +242,7 @@ def test_cli_usage_errors_exit_2(tmp_path) -> None:
     assert "--batch-size" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_cell_subprocess_records_env_and_exit_code(tmp_path, tiny_mnist) -> None:
     """The real command line writes the summary and exits with the cell's status code."""
     out = tmp_path / "sub"
@@ -489,6 +493,7 @@ def test_non_finite_measurement_is_written_as_null(tmp_path, tiny_mnist, monkeyp
     assert code == 0 and summary["results"]["cpu_pct_mean"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_cpu_cell_records_its_isa_and_bf16_path(tmp_path, tiny_mnist, precision) -> None:
     """A cell on this machine records the ISA torch dispatches to, the CPU's bf16 flags and
@@ -510,6 +515,7 @@ def test_cpu_cell_records_its_isa_and_bf16_path(tmp_path, tiny_mnist, precision)
     assert summary["results"]["gpu_throttle_start"] is None
 
 
+@pytest.mark.slow
 def test_collect_env_is_saved_once_per_environment(tmp_path, tiny_mnist, monkeypatch) -> None:
     """A cell filed at RUNS/ENV/EXPERIMENT/CELL leaves torch's collect_env report in RUNS/ENV
     once (a later cell keeps it); a cell elsewhere leaves none; the aggregate ignores it."""
@@ -537,6 +543,7 @@ def test_collect_env_is_saved_once_per_environment(tmp_path, tiny_mnist, monkeyp
     assert len(read_csv(tmp_path / "tables" / "summary.csv")) == 2
 
 
+@pytest.mark.slow
 def test_collect_env_failure_does_not_fail_the_cell(tmp_path, tiny_mnist, monkeypatch,
                                                     capsys) -> None:
     """A collect_env report that cannot be made is a warning; the cell stays ok."""
@@ -570,6 +577,7 @@ def test_cuda_cell_records_its_timing_backend_and_gpu_state(tmp_path, tiny_mnist
             assert res[f"gpu_throttle_{when}"]
 
 
+@pytest.mark.slow
 def test_stock_implementation_runs_the_blogs_code(tmp_path, tiny_mnist) -> None:
     """--implementation stock trains the literal ReferenceNet with torch.optim.Adam in the
     default memory format, records it, and ends ok; tuned records the fused kernel."""
@@ -594,6 +602,7 @@ def test_stock_and_tuned_models_start_from_the_same_weights() -> None:
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_max_batch_doubles_until_out_of_memory_and_times_the_same_samples(
         tmp_path, tiny_mnist, monkeypatch) -> None:
     """--max-batch doubles from --batch-size until a step runs out of memory (simulated
@@ -616,6 +625,7 @@ def test_max_batch_doubles_until_out_of_memory_and_times_the_same_samples(
     assert summary["results"]["steps_per_epoch"] == 2
 
 
+@pytest.mark.slow
 def test_max_batch_on_a_cpu_stops_at_its_cap(tmp_path, tiny_mnist) -> None:
     """On a CPU the search stops at the training samples or the CPU cap, never beyond."""
     code, summary, _ = run(tmp_path, tiny_mnist, batch_size=64, max_steps=4, max_batch=True)
@@ -624,6 +634,7 @@ def test_max_batch_on_a_cpu_stops_at_its_cap(tmp_path, tiny_mnist) -> None:
     assert summary["params"]["max_batch_stop"] == "the cap"
 
 
+@pytest.mark.slow
 def test_busy_machine_is_recorded(tmp_path, tiny_mnist) -> None:
     """Every cell records the machine's load over its timed epochs and whether it was busy."""
     code, summary, _ = run(tmp_path, tiny_mnist, epochs=2)
@@ -633,6 +644,7 @@ def test_busy_machine_is_recorded(tmp_path, tiny_mnist) -> None:
     assert res["others_load_mean"] is not None and isinstance(res["busy"], bool)
 
 
+@pytest.mark.slow
 def test_a_cell_records_the_digest_of_the_code_that_measured_it(tmp_path, tiny_mnist,
                                                                  monkeypatch) -> None:
     """env.code_digest is the running package's measuring code and runtime; env.
@@ -722,6 +734,7 @@ def test_a_batch_larger_than_the_data_folder_holds_fails_naming_both(tmp_path,
         f"batch size 1024 is larger than the {TINY_TRAIN} training samples in {tiny_mnist}")
 
 
+@pytest.mark.slow
 def test_dataloader_flags_on_a_resident_cell_are_recorded_as_not_applicable(tmp_path,
                                                                             tiny_mnist):
     """The workflow passes --workers and --pin-memory to every cell: a resident cell, which
@@ -737,6 +750,7 @@ def test_dataloader_flags_on_a_resident_cell_are_recorded_as_not_applicable(tmp_
     assert loader["params"]["workers"] == 0 and loader["params"]["pin_memory"] is False
 
 
+@pytest.mark.slow
 def test_a_wider_network_trains_and_records_its_width_and_flops(tmp_path, tiny_mnist) -> None:
     """--width 2 doubles the convolutions' channels: the cell records the width and the
     FLOPs of a training sample at that width."""

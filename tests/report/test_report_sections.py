@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pandas as pd
+import pytest
 
 from mnistbench.core import study
 from mnistbench.report import formatting as fmt
@@ -28,6 +29,7 @@ def test_one_epoch_study_says_one_epoch(quick):
     assert "total (1 epoch)" in html and "1 epochs" not in html
 
 
+@pytest.mark.slow
 def test_one_repeat_says_there_is_no_interval(tmp_path):
     """With one repeat the report shows no interval and says why."""
     html = render(results_of(tmp_path, repeats=1, batch_sizes=(128,), convergence_epochs=2))
@@ -36,6 +38,7 @@ def test_one_repeat_says_there_is_no_interval(tmp_path):
     assert "95 % CI" not in html
 
 
+@pytest.mark.slow
 def test_every_gpu_cell_unavailable(tmp_path):
     """On a machine without a GPU the cuda cells are listed as unavailable with the reason,
     and the headline keeps a cuda row that gives it."""
@@ -51,6 +54,7 @@ def test_every_gpu_cell_unavailable(tmp_path):
         visible(row.group(0))
 
 
+@pytest.mark.slow
 def test_two_machines_side_by_side_with_hostile_host_names(tmp_path):
     """Results merged from two machines show both envs side by side; a hostile host name
     and env name are escaped everywhere."""

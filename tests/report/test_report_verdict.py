@@ -65,6 +65,7 @@ def test_the_verdict_box_without_a_gpu_says_why(quick):
     assert "docker run --gpus all" in section_of(html, "gpu")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (COMMITTED / "summary.csv").is_file(), reason="no committed study")
 def test_the_committed_studys_verdict_is_honest_about_its_code(tmp_path):
     """The committed study's verdict names each CPU figure by the code its cell recorded it

@@ -6,7 +6,6 @@ import csv
 import errno
 import json
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -306,15 +305,13 @@ def test_cli_aggregate_reports_errors_as_one_paragraph(runs, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_500_cells_aggregate_in_seconds(tmp_path):
-    """A 500-cell study aggregates in well under 10 s."""
+def test_500_cells_aggregate(tmp_path):
+    """A 500-cell study aggregates to 500 rows (in how many seconds, against the 10 s target:
+    benchmarks/bench_report.py)."""
     runs = tmp_path / "runs"
     cells = make_study(runs, repeats=5)
     assert len(cells) == 500
-    start = time.perf_counter()
     aggregate.aggregate(runs, tmp_path / "out")
-    elapsed = time.perf_counter() - start
-    assert elapsed < 10.0, f"aggregate took {elapsed:.1f} s"
     assert len(_rows(tmp_path / "out" / "summary.csv")) == 500
 
 
@@ -437,6 +434,7 @@ def test_hardware_label(row, label):
     assert aggregate.hardware_label(row) == label
 
 
+@pytest.mark.slow
 def test_same_cpu_model_with_another_isa_is_other_hardware(tmp_path):
     """Two environments that differ only in ISA (the same CPU model name, one with AVX512 and
     AMX) get different hardware labels in summary.csv and show side by side in the report,

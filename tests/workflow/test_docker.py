@@ -337,9 +337,10 @@ def test_docker_stop_is_prompt(image):
             if "up" in _docker("logs", name, check=False).stdout:
                 break
             time.sleep(0.1)
+        grace = 10  # s docker waits after SIGTERM before it kills
         start = time.perf_counter()
-        _docker("stop", "--time", "10", name)
-        assert time.perf_counter() - start < 5.0
+        _docker("stop", "--time", str(grace), name)
+        assert time.perf_counter() - start < grace / 2  # ended by SIGTERM, not the kill
     finally:
         _docker("rm", "-f", name, check=False)
 

@@ -97,6 +97,7 @@ def test_profile_sets_the_slurm_executor_on_both_sides():
     assert profile["slurm-status-command"] == "squeue"
 
 
+@pytest.mark.slow
 def test_dry_run_files_cells_per_partition_with_their_slurm_resources(tmp_path, tiny_mnist):
     """Through the profile, every cell runs once per partition of its device, under that
     partition's environment, asking for its partition, CPUs (configured, or the smallest
@@ -132,6 +133,7 @@ def test_dry_run_files_cells_per_partition_with_their_slurm_resources(tmp_path, 
         assert f"--env {env} " in block and f"--device {cell.split('-')[0]} " in block
 
 
+@pytest.mark.slow
 def test_slurm_executor_with_config_executor_local_stops_before_any_job(tmp_path, tiny_mnist):
     """The slurm executor with config executor=local (e.g. a command-line --config that
     replaced the profile's) stops the run before any job starts (the other way round, and the

@@ -148,6 +148,7 @@ def cuda_usable() -> bool:
 
 
 # --------------------------------------------------------------------------- static checks
+@pytest.mark.slow
 def test_lint_reports_nothing():
     """`snakemake --lint` on the default config finds nothing to complain about."""
     proc = subprocess.run([str(SNAKEMAKE), "--lint"], cwd=REPO, stdout=subprocess.PIPE,
@@ -232,6 +233,7 @@ def job_resources(block: str) -> dict[str, str]:
     return dict(item.split("=", 1) for item in line.group(1).split(", "))
 
 
+@pytest.mark.slow
 def test_dry_run_plans_one_job_per_cell_with_its_flags(tmp_path, tiny_mnist):
     """A dry run plans exactly the matrix's cells (tf32 left out on cpu) with their flags, each
     a local `mnistbench train` holding one unit of timed_cell and no SLURM resource (whatever
@@ -272,6 +274,7 @@ def test_dry_run_plans_one_job_per_cell_with_its_flags(tmp_path, tiny_mnist):
     assert not Path(config["lock_file"]).exists()  # it checks the lock file, creates none
 
 
+@pytest.mark.slow
 def test_a_copied_environment_folder_with_unsafe_characters_is_named_with_the_fix(
         tmp_path, tiny_mnist):
     """An environment folder copied into results/runs whose name holds { } stops the workflow
@@ -288,6 +291,7 @@ def test_a_copied_environment_folder_with_unsafe_characters_is_named_with_the_fi
     assert "WildcardError" not in proc.stdout and "Traceback" not in proc.stdout
 
 
+@pytest.mark.slow
 def test_invalid_config_stops_before_anything_runs(tmp_path, tiny_mnist):
     """A bad config value fails at once with one message naming the key and what is allowed,
     and leaves no results behind (every kind of bad value: tests/launch/test_plan.py)."""

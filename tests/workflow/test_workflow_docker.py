@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from mnistbench.core import study
 from tests.workflow.test_workflow import jobs_of_rule, planned_cells, snakemake, tiny_config
 
@@ -40,6 +42,7 @@ def path_without_docker(tmp_path: Path) -> str:
     return f"{Path(sys.executable).parent}{os.pathsep}{bin_dir}"
 
 
+@pytest.mark.slow
 def test_dry_run_plans_image_builds_and_cells_in_them(tmp_path, tiny_mnist):
     """A dry run needs no engine: it plans one image per device and runs each cell through
     `mnistbench docker run` with its device's image record, in `<host>-docker`."""
@@ -70,6 +73,7 @@ def test_dry_run_plans_image_builds_and_cells_in_them(tmp_path, tiny_mnist):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_missing_docker_stops_the_run_before_any_job(tmp_path, tiny_mnist):
     """runner: docker without a docker command fails at once with the fix, and writes nothing
     under results/."""

@@ -65,6 +65,7 @@ def scale_config(data_dir: Path, workdir: Path, **overrides) -> dict:
 
 
 # --------------------------------------------------------------------------- dry runs
+@pytest.mark.slow
 @pytest.mark.parametrize("study", ["default", "quick"])
 def test_the_shipped_studies_plan_scale_cells_and_a_peak_per_device(tmp_path, study):
     """The default study plans the schema's scale (x1, x2, x4 on the CPU and x8 too on a GPU,
@@ -90,6 +91,7 @@ def test_the_shipped_studies_plan_scale_cells_and_a_peak_per_device(tmp_path, st
     assert {re.search(r"device=(\w+)", key).group(1) for key in peaks} == {"cpu", "cuda"}
 
 
+@pytest.mark.slow
 def test_peak_jobs_are_timed_work_at_the_cells_precisions_before_the_cells(tmp_path,
                                                                           tiny_mnist):
     """One peak job per device of the environment, at the precisions its cells train at,
@@ -127,6 +129,7 @@ def test_peak_jobs_are_timed_work_at_the_cells_precisions_before_the_cells(tmp_p
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
 
 
+@pytest.mark.slow
 def test_the_docker_runner_measures_the_limit_in_the_devices_image(tmp_path, tiny_mnist):
     """runner docker: the peak job waits for the device's image and starts `mnistbench docker
     run` with its record, as the cells do."""
@@ -139,6 +142,7 @@ def test_the_docker_runner_measures_the_limit_in_the_devices_image(tmp_path, tin
             in block)
 
 
+@pytest.mark.slow
 def test_a_copied_environments_limit_is_an_input_of_the_aggregate(tmp_path, tiny_mnist):
     """A limit copied in with another machine's cells reruns the aggregate, never its peak."""
     config = scale_config(tiny_mnist, tmp_path)

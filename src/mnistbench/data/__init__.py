@@ -1,7 +1,6 @@
-"""The MNIST files: their names and digests (``files``, standard library only, what the
-workflow needs when it plans), and fetching, verifying, reading and writing IDX files and
-synthetic look-alikes (``mnist``, numpy).
+"""The MNIST files: their names and digests, and fetching, verifying and reading them.
 
-Import rule: imports :mod:`mnistbench.core` only (``files`` not even that), never torch, a
-launcher, a reader or the report. tests/test_layers.py holds the rule.
+Import rule: :mod:`mnistbench.core` only, and never torch, a launcher, a reader or the report;
+what the workflow imports when it plans (``files``) takes the standard library alone.
+tests/test_layers.py holds the rule.
 """

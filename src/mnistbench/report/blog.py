@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import TypedDict
 
 from mnistbench.core import study
 
@@ -105,9 +106,26 @@ BLOG: dict[str, object] = {
 #: prints every figure above).
 IMPLIED: dict[str, str] = {}
 
+#: The figures of :data:`BLOG` that are numbers (its names and versions left out), typed for
+#: arithmetic: the same values.
+FIGURES: dict[str, float] = {key: value for key, value in BLOG.items()
+                             if isinstance(value, (int, float))}
+
+
+class Settings(TypedDict):
+    """The blog's settings: batch size (samples), precision, epochs, training and test
+    samples."""
+
+    batch_size: int
+    precision: str
+    epochs: int
+    train_samples: int
+    test_samples: int
+
+
 #: The blog's settings: batch size (samples), precision, epochs, training and test samples.
-BLOG_SETTINGS = {"batch_size": 128, "precision": "fp32", "epochs": 10, "train_samples": 60_000,
-                 "test_samples": 10_000}
+BLOG_SETTINGS: Settings = {"batch_size": 128, "precision": "fp32", "epochs": 10,
+                           "train_samples": 60_000, "test_samples": 10_000}
 #: The blog's loader: its own pipeline (a Dataset with a per-sample transform, DataLoader).
 BLOG_LOADER = "dataloader"
 
@@ -235,9 +253,9 @@ def energy_cost(power_w: float, seconds: float, price_per_kwh: float) -> float:
 def training_seconds(epoch_s: float, runs: int | None = None,
                      epochs: int | None = None) -> float:
     """Seconds of ``runs`` trainings (the blog's 10) of ``epochs`` epochs (the blog's 10)."""
-    runs = BLOG["cost_runs"] if runs is None else runs
-    epochs = BLOG_SETTINGS["epochs"] if epochs is None else epochs
-    return float(runs) * float(epochs) * float(epoch_s)
+    n_runs = FIGURES["cost_runs"] if runs is None else runs
+    n_epochs = BLOG_SETTINGS["epochs"] if epochs is None else epochs
+    return float(n_runs) * float(n_epochs) * float(epoch_s)
 
 
 # ------------------------------------------------------------------------- verdict rules
@@ -283,8 +301,8 @@ def verdict_accuracy_gap(claimed_gap: float, seed_spread: float | None,
 def unexplained_s(device: str) -> float:
     """Seconds of the blog's epoch on ``device`` ("cpu" or "gpu") that its data-loading and
     backprop times leave unexplained (58.7 - 2.1 - 32.4 = 24.2 s on the CPU)."""
-    return (float(BLOG[f"{device}_epoch_s"]) - float(BLOG[f"{device}_data_s"])
-            - float(BLOG[f"{device}_backward_s"]))
+    return (float(FIGURES[f"{device}_epoch_s"]) - float(FIGURES[f"{device}_data_s"])
+            - float(FIGURES[f"{device}_backward_s"]))
 
 
 def hardware_write_off(price: float, seconds: float, life_years: float,
@@ -389,7 +407,7 @@ def largest_phase(phase_seconds: Mapping[str, float]) -> str:
     """The phase of a training step that takes longest (of data, forward, backward,
     optimizer)."""
     steps = {p: phase_seconds[p] for p in ("data", "forward", "backward", "optimizer")}
-    return max(steps, key=steps.get)
+    return max(steps, key=steps.__getitem__)
 
 
 def verdict_not_bottleneck(phase_seconds: list[Mapping[str, float]]) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
+from typing import TypedDict
 
 import matplotlib as mpl
 import numpy as np
@@ -28,6 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
+from matplotlib.typing import LineStyleType
 
 from mnistbench.core import schema
 from mnistbench.report.blog import blog_cells
@@ -50,8 +52,8 @@ SERIES_COLORS = {
 }
 SPARE_COLORS = ("#cc78bc", "#949494", "#fbafe4", "#8c564b", "#7f7f7f", "#17becf")
 #: Line style of each loader, the same in every chart.
-LOADER_STYLES = {"dataloader": "-", "resident": "--"}
-SPARE_STYLES = (":", "-.")
+LOADER_STYLES: dict[str, LineStyleType] = {"dataloader": "-", "resident": "--"}
+SPARE_STYLES: tuple[LineStyleType, ...] = (":", "-.")
 #: Markers of the environments, in sorted order (cycled).
 ENV_MARKERS = ("o", "s", "^", "D", "v", "P")
 #: Palette of the phases: unlike the series' colours, so no phase reads as a device.
@@ -106,7 +108,7 @@ def series_color(device: str, precision: str) -> str:
     return SPARE_COLORS[zlib.crc32(f"{device} {precision}".encode()) % len(SPARE_COLORS)]
 
 
-def loader_style(loader: str) -> str:
+def loader_style(loader: str) -> LineStyleType:
     """The line style of a loader in every chart (:data:`LOADER_STYLES`)."""
     known = LOADER_STYLES.get(str(loader))
     if known is not None:
@@ -165,8 +167,25 @@ def _legend_below(fig: Figure, handles, labels, ncol: int) -> None:
 
 
 #: The looks of the headline chart's bars: the blog's (another machine) and placeholders.
-BLOG_BAR = {"facecolor": "#f3e6bd", "edgecolor": "#8a6d1f", "hatch": "///"}
-PLACEHOLDER_BAR = {"facecolor": "none", "edgecolor": "0.5", "linestyle": "--"}
+class BarStyle(TypedDict, total=False):
+    """How a bar (and its legend patch) is drawn: matplotlib's keyword arguments."""
+
+    facecolor: str
+    edgecolor: str
+    hatch: str
+    linestyle: LineStyleType
+
+
+class Look(TypedDict):
+    """How a series is drawn in every chart: its colour, line style and marker."""
+
+    color: str
+    ls: LineStyleType
+    marker: str
+
+
+BLOG_BAR: BarStyle = {"facecolor": "#f3e6bd", "edgecolor": "#8a6d1f", "hatch": "///"}
+PLACEHOLDER_BAR: BarStyle = {"facecolor": "none", "edgecolor": "0.5", "linestyle": "--"}
 
 
 def headline(summary) -> bytes | None:
@@ -184,10 +203,10 @@ def headline(summary) -> bytes | None:
         fig = _figure(1.5 + 0.36 * len(bars))
         ax = fig.subplots()
         for y, bar in enumerate(bars):
-            if bar.whose == "blog":
-                ax.barh(y, bar.seconds, height=0.62, **BLOG_BAR)
-            elif bar.whose == "placeholder":
+            if bar.seconds is None:  # the placeholder
                 ax.barh(y, 0.4 * top, height=0.62, **PLACEHOLDER_BAR)
+            elif bar.whose == "blog":
+                ax.barh(y, bar.seconds, height=0.62, **BLOG_BAR)
             else:
                 ax.barh(y, bar.seconds, height=0.62, color=series_color(bar.whose, "fp32"))
             end = 0.0 if bar.seconds is None else bar.seconds
@@ -437,15 +456,16 @@ def _ok_rows(rows, summary):
     return rows.merge(ok, on=["env", "experiment", "cell"], how="inner")
 
 
-def _looks(rows) -> tuple[dict, list]:
+def _looks(rows) -> tuple[dict[str, Look], list[Line2D]]:
     """Per series label of ``rows`` (columns env, device, precision, loader, series): its
     colour, line style and marker; and the legend handles, one per series."""
     markers = _env_markers(rows["env"])
-    looks, handles = {}, []
+    looks: dict[str, Look] = {}
+    handles: list[Line2D] = []
     keys = rows[["series", "env", "device", "precision", "loader"]].drop_duplicates("series")
     for series, env, device, prec, loader in sorted(keys.itertuples(index=False, name=None)):
-        look = {"color": series_color(device, prec), "ls": loader_style(loader),
-                "marker": markers[env]}
+        look: Look = {"color": series_color(device, prec), "ls": loader_style(loader),
+                      "marker": markers[env]}
         looks[series] = look
         handles.append(Line2D([], [], label=text(series), **look))
     return looks, handles

@@ -1,7 +1,6 @@
-"""Readers of finished cells: the tidy tables (``aggregate``), the statistics (``stats``), the
-cost model (``cost``) and the archives that carry an environment's cells between machines
-(``archive``).
+"""Readers of finished cells: the tidy tables, their statistics, the cost model, and the
+archives that carry an environment's cells between machines.
 
-Import rule: imports :mod:`mnistbench.core` only, and never torch: results are read on
-machines that never measured. tests/test_layers.py holds the rule.
+Import rule: :mod:`mnistbench.core` only, and never torch: results are read on machines that
+never measured. tests/test_layers.py holds the rule.
 """

@@ -49,7 +49,7 @@ from mnistbench.report.selections import (
 )
 from mnistbench.results import stats
 
-REF = blog.BLOG
+REF = blog.FIGURES
 RUNS = REF["cost_runs"]
 EPOCHS = blog.BLOG_SETTINGS["epochs"]
 #: MiB in a GB (the blog's unit).
@@ -149,7 +149,7 @@ def _measured_saving(inputs: Inputs) -> str:
     for (env, device, loader), row in sorted(rows.items()):
         gpu = rows.get((env, "cuda", loader))
         if device != "cpu" or gpu is None or kinds.get((env, "cpu", loader)) != kinds.get(
-                (env, "cuda", loader)) or not row.energy_wh.value:
+                (env, "cuda", loader)) or not row.energy_wh.value or gpu.energy_wh.value is None:
             continue
         label = code_label(inputs.cells[(inputs.cells["env"] == env)
                                         & (inputs.cells["loader"] == loader)])
@@ -313,13 +313,14 @@ def _epochs(inputs: Inputs, note: str) -> list[dict]:
     checks, cells = [], inputs.cells
     for device, key, column, marker in (("cpu", "cpu_epoch_s", "cpu_model", "12700K"),
                                         ("cuda", "gpu_epoch_s", "gpu_name", "4090")):
-        name = REF["cpu" if device == "cpu" else "gpu"]
+        name = blog.BLOG["cpu" if device == "cpu" else "gpu"]
         title = f"The {device_name(device)} epoch on the blog's hardware"
         claim = f"An epoch takes {as_printed(REF[key], 's')} on the {name}."
         mine = cells[(cells["device"] == device) & (cells[CODE] == "blog")]
         same = (mine[mine[column].map(lambda v, m=marker: m in str(v))]
                 if column in mine.columns else mine.iloc[0:0])
-        if same.empty:
+        est = stats.median_ci(col(same, "epoch_s_median"))
+        if est is None:  # no cell of the blog's code on this model (with an epoch time)
             here = ", ".join(distinct(cells[cells["device"] == device], column)) \
                 if column in cells.columns else ""
             checks.append(_check(
@@ -328,7 +329,6 @@ def _epochs(inputs: Inputs, note: str) -> list[dict]:
                 + (f" (here: {here}): another machine's epoch says nothing about it" if here
                    else "")))
             continue
-        est = stats.median_ci(col(same, "epoch_s_median"))
         verdict, why = blog.verdict_in_interval(REF[key], est)
         numbers = (f"Here, the blog's code on the same {device_name(device)} model: "
                    f"{seconds(est.value)} ({interval(est, 's')}); {as_printed(REF[key], 's')} "
@@ -419,7 +419,7 @@ def _backprop_advantage(inputs: Inputs) -> dict:
                       "Needs the blog's code on a CPU and a GPU of one machine; "
                       + (gpu_source if gpu is None else cpu_source))
     ratios = {p: cpu[p] / gpu[p] for p in PHASE_WORDS if gpu[p] > 0}
-    top = max(ratios, key=ratios.get)
+    top = max(ratios, key=ratios.__getitem__)
     return _check(title, claim, blog.CONFIRMED if top == "backward" else blog.CONTRADICTED,
                   f"Here ({gpu_source}), per phase, the CPU's time over the GPU's: " + "; ".join(
                       f"{PHASE_WORDS[p]} {num(r, 3, '×')}" for p, r in ratios.items()),
@@ -605,6 +605,8 @@ def _fp16(inputs: Inputs) -> dict:
         if fp32.empty or fp16.empty or batch != blog.BLOG_SETTINGS["batch_size"]:
             continue
         est = stats.ratio_ci(col(fp16, "samples_per_s"), col(fp32, "samples_per_s"))
+        if est is None:  # no throughput on one side
+            continue
         verdict = blog.verdict_faster(est)
         return _check("FP16 speeds the GPU up", claim, verdict,
                       f"Here{_where(inputs, env)} (sweep, batch {count(batch)}, "
@@ -621,7 +623,7 @@ def _gpu_tips(inputs: Inputs) -> dict:
              "workers, mixed precision and cudnn.benchmark = True.")
     shown, rows, _ = tips_section.tips_table(inputs.summary)
     blog_tips = ("max-batch", "pin_memory", "workers=4", "amp-fp16", "cudnn.benchmark")
-    per_device = {d: [] for d in shown}
+    per_device: dict[str, list[tuple[str, str, str]]] = {d: [] for d in shown}
     for row in rows:
         if row["tip"] not in blog_tips:
             continue

@@ -11,8 +11,8 @@ them. A chart draws each device's share of its limit against batch size and mode
 
 This module holds the limits (their sentences and table), the advice checked and the
 section's context; the step-cost fits and the speed-ups by batch size and by width (their
-sentences and tables) are in :mod:`mnistbench.report.sections.why_scaling`, with the wording
-helpers both share.
+sentences and tables) are in :mod:`mnistbench.report.sections.why_scaling`; the wording both
+share is :mod:`mnistbench.report.sections.wording`.
 
 The sentences read the quiet cells (busy repeats left out where a quiet one exists) and,
 where both loaders ran, the cells with data held in memory: the DataLoader's per-sample work
@@ -36,26 +36,28 @@ from mnistbench.report.formatting import (
 from mnistbench.report.sections.why_scaling import (
     BLOG_BATCH,
     BLOG_PRECISION,
-    _batch_sentences,
-    _fixed_sentences,
-    _gflops,
-    _loaders,
-    _not_measured,
-    _on,
-    _ordered,
-    _pct,
-    _rates,
-    _scale_frame,
-    _scale_sentences,
-    _sentence,
-    _share_or_rate,
-    _shares,
-    _the,
-    _width_phrase,
+    batch_sentences,
     fit_rows,
+    fixed_sentences,
+    rates,
     ratio_head,
+    scale_frame,
     scale_rows,
+    scale_sentences,
+    share_or_rate,
     step_fits,
+    width_phrase,
+)
+from mnistbench.report.sections.wording import (
+    gflop_rate,
+    limit_shares,
+    not_measured,
+    on_env,
+    ordered_devices,
+    ordered_loaders,
+    percent,
+    sentence,
+    the_device,
 )
 from mnistbench.report.selections import (
     CODE,
@@ -101,7 +103,7 @@ class Limit:
         if self.gflops is None:
             return "not measured"
         detail = "; ".join(x for x in (self.kernel, self.source) if x)
-        return _gflops(self.gflops) + (f" ({detail})" if detail else "")
+        return gflop_rate(self.gflops) + (f" ({detail})" if detail else "")
 
 
 def limit_of(frame) -> Limit:
@@ -120,12 +122,12 @@ def _share_phrase(frame, first: bool = True) -> str:
     GFLOP/s)" ("of its measured limit" only when ``first``), or the achieved GFLOP/s with
     its interval where no limit was measured."""
     achieved = median(col(frame, "achieved_gflops"))
-    est = stats.median_ci(_shares(frame))
+    est = stats.median_ci(limit_shares(frame))
     if est is None:
         rate = stats.median_ci(col(frame, "achieved_gflops"))
-        return f"{_gflops(achieved)} ({interval(rate, 'GFLOP/s')})"
-    return (f"{_pct(est.value)}{' of its measured limit' if first else ''} "
-            f"({interval(est, '%')}; {_gflops(achieved)})")
+        return f"{gflop_rate(achieved)} ({interval(rate, 'GFLOP/s')})"
+    return (f"{percent(est.value)}{' of its measured limit' if first else ''} "
+            f"({interval(est, '%')}; {gflop_rate(achieved)})")
 
 
 def _limit_sentences(inputs: Inputs, summary, cells) -> list[str]:
@@ -135,8 +137,8 @@ def _limit_sentences(inputs: Inputs, summary, cells) -> list[str]:
     cells = cells[cells["precision"] == BLOG_PRECISION]
     for env in inputs.envs:
         part = cells[cells["env"] == env]
-        prefix = _on(inputs, env)
-        shown = _ordered(set(part["device"]) | {"cpu", "cuda"})
+        prefix = on_env(inputs, env)
+        shown = ordered_devices(set(part["device"]) | {"cpu", "cuda"})
         for device in shown:
             ran = part[part["device"] == device]
             mine = ran.dropna(subset=["achieved_gflops"])
@@ -145,25 +147,25 @@ def _limit_sentences(inputs: Inputs, summary, cells) -> list[str]:
                        ran.empty else gpu_absence(summary[summary["env"] == env])
                        if device == "cuda" else
                        f"no ok {device_name(device)} cell at the blog's settings")
-                out.append(_sentence(prefix, _not_measured(
-                    f"how close {_the(device)} runs to its limit at the blog's settings",
+                out.append(sentence(prefix, not_measured(
+                    f"how close {the_device(device)} runs to its limit at the blog's settings",
                     why or "no ok cell")))
                 continue
             parts: list[str] = []
             for kind in KINDS:
-                for loader in _loaders(mine[mine[CODE] == kind]):
+                for loader in ordered_loaders(mine[mine[CODE] == kind]):
                     group = mine[(mine[CODE] == kind) & (mine["loader"] == loader)]
                     parts.append(f"{_share_phrase(group, not parts)} for "
                                  f"{code_phrase(group)}")
             limit = limit_of(mine)
-            measured = bool(_shares(mine))
+            measured = bool(limit_shares(mine))
             lead = (f"at the blog's settings (batch {count(BLOG_BATCH)}, {BLOG_PRECISION}) "
-                    f"{_the(device)} runs at " if measured else
+                    f"{the_device(device)} runs at " if measured else
                     f"at the blog's settings (batch {count(BLOG_BATCH)}, {BLOG_PRECISION}) "
-                    f"{_the(device)} reaches ")
+                    f"{the_device(device)} reaches ")
             tail = (f"Its limit: {limit.text}." if limit.gflops is not None else
                     "Its limit is not measured: these results hold no peak figure for it.")
-            out.append(_sentence(prefix, lead + "; ".join(parts) + ". " + tail))
+            out.append(sentence(prefix, lead + "; ".join(parts) + ". " + tail))
     return out
 
 
@@ -171,11 +173,11 @@ def _at_blog(frame) -> str:
     """The share of the limit (the achieved GFLOP/s where none was measured) at the blog's
     settings per loader: "36.5 % (data held in memory), 25.2 % (DataLoader)"."""
     parts = []
-    for loader in _loaders(frame):
+    for loader in ordered_loaders(frame):
         group = frame[frame["loader"] == loader]
-        share = median(_shares(group))
-        value = (_pct(share) if share is not None else
-                 f"{_gflops(median(col(group, 'achieved_gflops')))}, limit not measured")
+        share = median(limit_shares(group))
+        value = (percent(share) if share is not None else
+                 f"{gflop_rate(median(col(group, 'achieved_gflops')))}, limit not measured")
         parts.append(f"{value} ({loader_name(loader)})")
     return ", ".join(parts) or DASH
 
@@ -195,14 +197,14 @@ def limit_rows(summary, blog_cells) -> list[dict]:
         best, where = "not measured", ""
         if share.notna().any():
             top = group.loc[share.idxmax()]
-            best = _pct(share.max())
+            best = percent(share.max())
             where = (f"width {count(top['width'])}, scale" if top["experiment"] ==
                      SCALE_EXPERIMENT else
                      f"batch {count(top['batch_size'])}, {loader_name(top['loader'])}, "
                      f"{top['experiment']}")
         rows.append({"env": env, "device": device, "precision": precision,
                      "limit": "not measured" if limit.gflops is None else
-                     _gflops(limit.gflops),
+                     gflop_rate(limit.gflops),
                      "kernel": limit.kernel or "not measured",
                      "source": limit.source or "not measured",
                      "at_blog": _at_blog(at_blog), "best": best, "where": where})
@@ -225,15 +227,15 @@ def _batch_check(summary, env, device) -> str | None:
     """The advice's batch half against the sweep (fp32, the preferred loader)."""
     sweep = ok(summary, "sweep")
     part = sweep[(sweep["env"] == env) & (sweep["precision"] == BLOG_PRECISION)]
-    loaders = [x for x in _loaders(part[part["device"] == device])
+    loaders = [x for x in ordered_loaders(part[part["device"] == device])
                if x in set(part.loc[part["device"] == "cpu", "loader"])]
     if not loaders:
         return None
     part = part[part["loader"] == loaders[0]]
     batches = sorted(set(part.loc[part["device"] == "cpu", "batch_size"])
                      & set(part.loc[part["device"] == device, "batch_size"]))
-    ratios = {b: stats.ratio_ci(_rates(part, device=device, batch_size=b),
-                                _rates(part, device="cpu", batch_size=b)) for b in batches}
+    ratios = {b: stats.ratio_ci(rates(part, device=device, batch_size=b),
+                                rates(part, device="cpu", batch_size=b)) for b in batches}
     ests = {b: e for b, e in ratios.items() if e is not None}
     if not ests:
         return None
@@ -264,11 +266,11 @@ def _batch_check(summary, env, device) -> str | None:
 
 def _model_check(summary, env, device) -> str | None:
     """The advice's model half against the scale cells (fp32)."""
-    cells = _scale_frame(summary)
+    cells = scale_frame(summary)
     part = cells[(cells["env"] == env) & (cells["precision"] == BLOG_PRECISION)]
     cpu, gpu = part[part["device"] == "cpu"], part[part["device"] == device]
     both = sorted(set(cpu["width"]) & set(gpu["width"]))
-    ratios = {w: stats.ratio_ci(_rates(gpu, width=w), _rates(cpu, width=w)) for w in both}
+    ratios = {w: stats.ratio_ci(rates(gpu, width=w), rates(cpu, width=w)) for w in both}
     ests = {w: e for w, e in ratios.items() if e is not None}
     if not ests:
         return None
@@ -277,13 +279,13 @@ def _model_check(summary, env, device) -> str | None:
     wins = _wins(ests[small])
     if wins:
         first = (f"very small models: not borne out here, even the smallest measured, "
-                 f"{_width_phrase(gpu, small)}, runs {num(ests[small].value, 3, '×')} faster "
+                 f"{width_phrase(gpu, small)}, runs {num(ests[small].value, 3, '×')} faster "
                  f"on the {name}")
     elif wins is None:
-        first = (f"very small models: at {_width_phrase(gpu, small)} the devices are within "
+        first = (f"very small models: at {width_phrase(gpu, small)} the devices are within "
                  f"noise ({ratio_phrase(ests[small])})")
     else:
-        first = (f"very small models: holds, the CPU wins at {_width_phrase(gpu, small)} "
+        first = (f"very small models: holds, the CPU wins at {width_phrase(gpu, small)} "
                  f"({num(1 / ests[small].value, 3, '×')} faster)")
     if large == small:
         return first
@@ -302,18 +304,19 @@ def _advice_sentences(inputs: Inputs, summary) -> list[str]:
     gpu_envs = []
     for env in inputs.envs:
         part = ok(summary[summary["env"] == env])
-        others = _ordered(set(part["device"]) - {"cpu"})
+        others = ordered_devices(set(part["device"]) - {"cpu"})
         for device in others:
             checks = [c for c in (_batch_check(summary, env, device),
                                   _model_check(summary, env, device)) if c]
             if checks:
                 gpu_envs.append(env)
-                out.append(_sentence(_on(inputs, env), f"the blog's advice, \"{ADVICE}\", "
-                                     f"checked on {_the(device)}: " + "; ".join(checks) + "."))
+                out.append(sentence(on_env(inputs, env), f"the blog's advice, \"{ADVICE}\", "
+                                    f"checked on {the_device(device)}: "
+                                    + "; ".join(checks) + "."))
     if gpu_envs:
         return out
     why = gpu_absence(summary) or "no GPU cell in the sweep or scale experiments"
-    cpu = _scale_frame(summary)
+    cpu = scale_frame(summary)
     cpu = cpu[(cpu["device"] == "cpu") & (cpu["precision"] == BLOG_PRECISION)]
     side = ""
     widths = sorted(set(cpu["width"])) if not cpu.empty else []
@@ -321,19 +324,19 @@ def _advice_sentences(inputs: Inputs, summary) -> list[str]:
         small, large = (cpu[cpu["width"] == w] for w in (widths[0], widths[-1]))
         flops = [median(col(x, "train_flops_per_sample")) for x in (small, large)]
         rate_small, rate_large = (median(col(x, "samples_per_s")) for x in (small, large))
-        # _scale_frame keeps only cells with a throughput, and each width has a cell
+        # scale_frame keeps only cells with a throughput, and each width has a cell
         assert rate_small is not None and rate_large is not None
         grew = (None if flops[0] is None or flops[1] is None else flops[1] / flops[0])
         more = (f"has {num(grew, 3, '×')} the FLOPs per sample of width "
                 f"{count(widths[0])} and " if grew is not None else "")
         side = (f" On the CPU (scale), width {count(widths[-1])} {more}runs at "
                 f"{num(rate_large / rate_small, 3, '×')} its samples/s "
-                f"({_share_or_rate(large)} against {_share_or_rate(small, named=False)})")
+                f"({share_or_rate(large)} against {share_or_rate(small, named=False)})")
         if grew is not None and abs(grew * rate_large / rate_small - 1) < 0.2:
             side += ": its time per sample grows in step with the FLOPs"
         side += "."
     return [f"The blog's advice, \"{ADVICE}\": only the CPU side is measured here.{side} "
-            + _not_measured("Whether a GPU wins, by model size or by batch size,", why)]
+            + not_measured("Whether a GPU wins, by model size or by batch size,", why)]
 
 
 # ---------------------------------------------------------------------------- the section
@@ -354,9 +357,9 @@ def context(inputs: Inputs) -> dict:
     fits = step_fits(summary)
     scale_devices, scale_table, scale_caption = scale_rows(summary)
     sentences = [*_limit_sentences(inputs, summary, cells),
-                 *_fixed_sentences(inputs, summary, fits),
-                 *_batch_sentences(inputs, summary, fits),
-                 *_scale_sentences(inputs, summary),
+                 *fixed_sentences(inputs, summary, fits),
+                 *batch_sentences(inputs, summary, fits),
+                 *scale_sentences(inputs, summary),
                  *_advice_sentences(inputs, summary)]
     return {"why_sentences": sentences, "why_limit_rows": limit_rows(summary, cells),
             "why_fit_rows": fit_rows(fits), "why_scale_devices": scale_devices,

@@ -3,8 +3,8 @@ cost of a training step beside its cost per sample (:func:`mnistbench.results.sc
 over the sweep) and its table; the GPU's speed-up over the CPU by batch size (from which batch
 it reaches :data:`SHARES` of its large-batch limit,
 :func:`mnistbench.results.scaling.batch_for_share`) and by model size (the scale experiment's
-widths) with the scale table. Also the wording, loader and share helpers both modules use
-(the underscore names :mod:`~mnistbench.report.sections.why` imports).
+widths) with the scale table. The wording both modules share is
+:mod:`~mnistbench.report.sections.wording`.
 
 The sentences read the cells as :mod:`~mnistbench.report.sections.why` passes them (busy
 repeats discounted, the columns it reads present); every figure a column lacks reads "not
@@ -25,15 +25,24 @@ from mnistbench.report.formatting import (
     ratio_parts,
     ratio_phrase,
 )
+from mnistbench.report.sections.wording import (
+    gflop_rate,
+    limit_shares,
+    not_measured,
+    on_env,
+    ordered_devices,
+    ordered_loaders,
+    percent,
+    sentence,
+    the_device,
+)
 from mnistbench.report.selections import (
-    DEVICES,
     SCALE_EXPERIMENT,
     Inputs,
     col,
     device_name,
     distinct,
     gpu_absence,
-    limit_share,
     loader_name,
     loader_phrase,
     median,
@@ -46,34 +55,11 @@ assert isinstance(_BATCH, int)  # BLOG_SETTINGS mixes ints and strings: the batc
 #: The blog's settings the section measures against: batch size (samples) and precision.
 BLOG_BATCH: int = _BATCH
 BLOG_PRECISION = blog.BLOG_SETTINGS["precision"]
-#: The loader the sentences prefer: data held in memory (the device's own work), then the
-#: blog's DataLoader.
-LOADER_ORDER = ("resident", blog.BLOG_LOADER)
 #: Shares (0-1) of the large-batch speed-up whose batch size the section names.
 SHARES = (0.5, 0.9)
 
 
 # ---------------------------------------------------------------------------- wording
-
-def _the(device: str) -> str:
-    """"the CPU", "the GPU", or "the xpu"."""
-    return f"the {device_name(device)}"
-
-
-def _cap(text: str) -> str:
-    """``text`` with its first letter upper case."""
-    return text[:1].upper() + text[1:]
-
-
-def _on(inputs: Inputs, env) -> str:
-    """"On ENV, " with several environments, else nothing."""
-    return f"On {env}, " if inputs.multi_env else ""
-
-
-def _sentence(prefix: str, text: str) -> str:
-    """``text`` after ``prefix`` ("On ENV, " or nothing), capitalised where it starts."""
-    return prefix + text if prefix else _cap(text)
-
 
 def _signed(value: float) -> str:
     """``value`` with three significant digits and a true minus sign."""
@@ -90,16 +76,6 @@ def _us(seconds) -> str:
     return DASH if seconds is None else f"{_signed(seconds * 1e6)} µs"
 
 
-def _gflops(value) -> str:
-    """A rate of arithmetic in GFLOP/s."""
-    return num(value, 3, "GFLOP/s")
-
-
-def _pct(value) -> str:
-    """A share in percent, three significant digits."""
-    return num(value, 3, "%")
-
-
 def _per_sample(flops) -> str:
     """A model's FLOPs per training sample in GFLOP."""
     return num(flops / 1e9, 3, "GFLOP")
@@ -108,25 +84,6 @@ def _per_sample(flops) -> str:
 def _batch(value: float) -> str:
     """A fitted batch size (samples), rounded: "1 (any batch)", "2300"."""
     return "1 (any batch)" if value <= 1.0 else f"{value:.0f}"
-
-
-def _loaders(frame) -> list[str]:
-    """The loaders of ``frame``, those of :data:`LOADER_ORDER` first."""
-    found = sorted(set(frame["loader"])) if not frame.empty else []
-    return sorted(found, key=lambda x: (LOADER_ORDER.index(x) if x in LOADER_ORDER
-                                        else len(LOADER_ORDER), x))
-
-
-def _ordered(names) -> list[str]:
-    """``names`` of devices, the CPU first, then the GPU, then others by name."""
-    present = set(names)
-    return [d for d in DEVICES if d in present] + sorted(present - set(DEVICES))
-
-
-def _shares(frame) -> list[float]:
-    """Each cell's share of its measured limit (%), the cells without one left out."""
-    return [v for v in limit_share(frame).tolist() if v == v]
-
 
 
 # ---------------------------------------------------------------------------- step fits
@@ -211,9 +168,9 @@ def _fixed_text(item: Fit) -> str:
     step = f"a batch-{count(BLOG_BATCH)} step"
     if has_fixed_cost(fit):
         return (f"a fixed {_ms(fit.fixed_s)} ({fit_interval(item, fit.fixed_ci, 1e3, 'ms')}) "
-                f"plus {per}: the fixed part is {_pct(item.fixed_share)} of {step}")
+                f"plus {per}: the fixed part is {percent(item.fixed_share)} of {step}")
     bound = ("" if fit.fixed_ci is None or fit.fixed_ci[1] <= 0 else
-             f", at most {_pct(_step_share(fit, fit.fixed_ci[1]))} of {step}")
+             f", at most {percent(_step_share(fit, fit.fixed_ci[1]))} of {step}")
     return (f"{per}, and no fixed cost the fit can tell from zero ({_ms(fit.fixed_s)}, "
             f"{fit_interval(item, fit.fixed_ci, 1e3, 'ms')}{bound})")
 
@@ -226,47 +183,43 @@ def _fixed_brief(item: Fit) -> str:
         return (f"{item.precision}: {_us(fit.per_sample_s)} per sample, no fixed cost "
                 "within noise")
     return (f"{item.precision}: {_ms(fit.fixed_s)} fixed + {_us(fit.per_sample_s)} per "
-            f"sample ({_pct(item.fixed_share)} of a step)")
+            f"sample ({percent(item.fixed_share)} of a step)")
 
 
-def _not_measured(subject: str, why: str) -> str:
-    """"SUBJECT is not measured: WHY."."""
-    return f"{subject} is not measured: {why}."
-
-
-def _fixed_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
+def fixed_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
     """Per environment and device: the fixed cost of a step and the cost per sample at fp32
     (with intervals), the fixed share of a batch-128 step, and the other precisions in
     brief; the GPU's "not measured" without GPU sweep cells."""
     out = []
     for env in inputs.envs:
-        prefix = _on(inputs, env)
+        prefix = on_env(inputs, env)
         mine = [f for f in fits if f.env == env]
-        for device in _ordered({f.device for f in mine} | {"cpu", "cuda"}):
+        for device in ordered_devices({f.device for f in mine} | {"cpu", "cuda"}):
             on_device = [f for f in mine if f.device == device]
             if not on_device:
                 why = (gpu_absence(summary[summary["env"] == env]) if device == "cuda"
                        else None) or f"no {device_name(device)} sweep cells at two batch sizes"
-                out.append(_sentence(prefix, _not_measured(
-                    f"the fixed cost of a training step on {_the(device)}", why)))
+                out.append(sentence(prefix, not_measured(
+                    f"the fixed cost of a training step on {the_device(device)}", why)))
                 continue
             loader = _loaders_of(on_device)[0]
             chosen = [f for f in on_device if f.loader == loader]
             first = next((f for f in chosen if f.precision == BLOG_PRECISION), chosen[0])
-            text = (f"a training step on {_the(device)} (sweep, {first.precision}, "
+            text = (f"a training step on {the_device(device)} (sweep, {first.precision}, "
                     f"{loader_phrase(loader)}) costs {_fixed_text(first)}")
             others = [f for f in chosen if f is not first]
             if others:
                 text += "; " + "; ".join(_fixed_brief(f) for f in others)
-            out.append(_sentence(prefix, text + "."))
+            out.append(sentence(prefix, text + "."))
     return out
 
 
 def _loaders_of(fits: list[Fit]) -> list[str]:
-    """The loaders of ``fits``, those of :data:`LOADER_ORDER` first."""
+    """The loaders of ``fits``, those of :data:`~mnistbench.report.sections.wording.LOADER_ORDER`
+    first."""
     import pandas as pd
 
-    return _loaders(pd.DataFrame({"loader": [f.loader for f in fits]}))
+    return ordered_loaders(pd.DataFrame({"loader": [f.loader for f in fits]}))
 
 
 def fit_rows(fits: list[Fit]) -> list[dict]:
@@ -284,17 +237,17 @@ def fit_rows(fits: list[Fit]) -> list[dict]:
                      "per_sample": _us(f.fit.per_sample_s),
                      "per_sample_ci": "" if f.fit.per_sample_ci is None else
                      _span(f.fit.per_sample_ci, 1e6, "µs"),
-                     "share": _pct(f.fixed_share) if clear else "within noise of 0",
+                     "share": percent(f.fixed_share) if clear else "within noise of 0",
                      "half": DASH if not clear or half is None else
                      "below 1" if half < 1 else f"{half:.3g}",
                      "runs": f"{f.fit.n} at {plural(f.batches, 'batch size')}",
-                     "residual": _pct(f.worst_residual)})
+                     "residual": percent(f.worst_residual)})
     return rows
 
 
 # ---------------------------------------------------------------------------- speed-ups
 
-def _rates(frame, **where) -> list[float]:
+def rates(frame, **where) -> list[float]:
     """samples/s of the rows of ``frame`` matching ``where`` (column -> value)."""
     keep = frame
     for column, value in where.items():
@@ -302,17 +255,17 @@ def _rates(frame, **where) -> list[float]:
     return col(keep, "samples_per_s")
 
 
-def _batch_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
+def batch_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
     """Per environment and GPU device: the speed-up over the CPU at the blog's batch size,
     the largest measured, and the large-batch limit of the fits with the batch sizes from
     which it reaches :data:`SHARES` of it."""
     out = []
     sweep = ok(summary, "sweep")
     for env in inputs.envs:
-        prefix = _on(inputs, env)
+        prefix = on_env(inputs, env)
         cpu = {f.loader: f for f in fits if f.env == env and f.device == "cpu"
                and f.precision == BLOG_PRECISION}
-        for device in _ordered({f.device for f in fits if f.env == env} - {"cpu"}):
+        for device in ordered_devices({f.device for f in fits if f.env == env} - {"cpu"}):
             gpu = {f.loader: f for f in fits if f.env == env and f.device == device
                    and f.precision == BLOG_PRECISION}
             common = [x for x in _loaders_of(list(gpu.values())) if x in cpu]
@@ -323,8 +276,8 @@ def _batch_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
                          & (sweep["precision"] == BLOG_PRECISION)]
             batches = sorted(set(part.loc[part["device"] == "cpu", "batch_size"])
                              & set(part.loc[part["device"] == device, "batch_size"]))
-            ratios = {b: stats.ratio_ci(_rates(part, device=device, batch_size=b),
-                                        _rates(part, device="cpu", batch_size=b))
+            ratios = {b: stats.ratio_ci(rates(part, device=device, batch_size=b),
+                                        rates(part, device="cpu", batch_size=b))
                       for b in batches}
             ests = {b: e for b, e in ratios.items() if e is not None}
             if not ests:
@@ -334,7 +287,7 @@ def _batch_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
             name = device_name(device)
             blog_batch = ("the blog's" if at == BLOG_BATCH else
                           f"the nearest measured to the blog's {count(BLOG_BATCH)}")
-            text = (f"{_the(device)}'s speed-up over the CPU (sweep, {BLOG_PRECISION}, "
+            text = (f"{the_device(device)}'s speed-up over the CPU (sweep, {BLOG_PRECISION}, "
                     f"{loader_phrase(loader)}) is {ratio_phrase(ests[at])} at batch "
                     f"{count(at)}, {blog_batch}. ")
             if top > at and ests[top].value > ests[at].value:
@@ -357,11 +310,11 @@ def _batch_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
                          + ", ".join(f"{'half' if s == 0.5 else num(100 * s, 2, '%')} of that "
                                      f"from batch {_batch(b)}"
                                      for s, b in zip(SHARES, reach, strict=True)))
-            out.append(_sentence(prefix, text + "."))
+            out.append(sentence(prefix, text + "."))
     return out
 
 
-def _scale_frame(summary):
+def scale_frame(summary):
     """The ok scale cells with a throughput and a width."""
     cells = ok(summary, SCALE_EXPERIMENT)
     if "width" not in cells.columns:
@@ -374,7 +327,7 @@ def _flops_of(frame, width) -> float | None:
     return median(col(frame[frame["width"] == width], "train_flops_per_sample"))
 
 
-def _width_phrase(frame, width) -> str:
+def width_phrase(frame, width) -> str:
     """"width 2 (0.271 GFLOP per sample)"."""
     flops = _flops_of(frame, width)
     return f"width {count(width)}" + ("" if flops is None else
@@ -384,17 +337,17 @@ def _width_phrase(frame, width) -> str:
 def _scale_settings(frame) -> str:
     """What the scale cells ran at: "batch 128, data held in memory"."""
     batches = "/".join(distinct(frame, "batch_size")) or DASH
-    loaders = " or ".join(loader_phrase(x) for x in _loaders(frame)) or DASH
+    loaders = " or ".join(loader_phrase(x) for x in ordered_loaders(frame)) or DASH
     return f"batch {batches}, {loaders}"
 
 
-def _share_or_rate(frame, named: bool = True) -> str:
+def share_or_rate(frame, named: bool = True) -> str:
     """"37.2 % of its limit" ("37.2 %" unless ``named``) or "112 GFLOP/s" (no limit
     measured) of ``frame``'s cells."""
-    shares = _shares(frame)
+    shares = limit_shares(frame)
     if shares:
-        return f"{_pct(median(shares))}" + (" of its limit" if named else "")
-    return _gflops(median(col(frame, "achieved_gflops")))
+        return f"{percent(median(shares))}" + (" of its limit" if named else "")
+    return gflop_rate(median(col(frame, "achieved_gflops")))
 
 
 def _trend(values: list[float]) -> str:
@@ -408,12 +361,12 @@ def _share_by_width(frame) -> str:
     """"the share of its limit rises with the width: 4.94 % at width 1, 9.17 % at 2", or
     the achieved GFLOP/s where no limit was measured."""
     widths = sorted(set(frame["width"]))
-    shares = [median(_shares(frame[frame["width"] == w])) for w in widths]
+    shares = [median(limit_shares(frame[frame["width"] == w])) for w in widths]
     if all(v is not None for v in shares):
-        values, fmt, what = shares, _pct, "the share of its limit"
+        values, fmt, what = shares, percent, "the share of its limit"
     else:
         values = [median(col(frame[frame["width"] == w], "achieved_gflops")) for w in widths]
-        fmt, what = _gflops, "its achieved arithmetic (limit not measured)"
+        fmt, what = gflop_rate, "its achieved arithmetic (limit not measured)"
     listed = ", ".join(f"{fmt(v)} at {'width ' if i == 0 else ''}{count(w)}"
                        for i, (w, v) in enumerate(zip(widths, values, strict=True)))
     known = [v for v in values if v is not None]
@@ -422,15 +375,15 @@ def _share_by_width(frame) -> str:
     return f"{what} {_trend(known)} with the width: {listed}"
 
 
-def _scale_sentences(inputs: Inputs, summary) -> list[str]:
+def scale_sentences(inputs: Inputs, summary) -> list[str]:
     """Per environment: each device's throughput and share of its limit by width (fp32),
     and for each GPU its speed-up over the CPU by width, from which width it exceeds width
     1's, and the widths only the GPU ran."""
     out = []
-    cells = _scale_frame(summary)
+    cells = scale_frame(summary)
     cells = cells[cells["precision"] == BLOG_PRECISION]
     for env in inputs.envs:
-        prefix = _on(inputs, env)
+        prefix = on_env(inputs, env)
         part = cells[cells["env"] == env]
         if part.empty:
             continue
@@ -438,18 +391,18 @@ def _scale_sentences(inputs: Inputs, summary) -> list[str]:
         cpu = part[part["device"] == "cpu"]
         if not cpu.empty:
             listed = "; ".join(
-                f"{_width_phrase(cpu, w)} {num(median(_rates(cpu, width=w)), 3, 'samples/s')}"
-                f" at {_share_or_rate(cpu[cpu['width'] == w])}"
+                f"{width_phrase(cpu, w)} {num(median(rates(cpu, width=w)), 3, 'samples/s')}"
+                f" at {share_or_rate(cpu[cpu['width'] == w])}"
                 for w in sorted(set(cpu["width"])))
-            out.append(_sentence(prefix, f"on the CPU a wider network (scale, "
+            out.append(sentence(prefix, f"on the CPU a wider network (scale, "
                                          f"{BLOG_PRECISION}, {settings}) runs: {listed}."))
-        for device in _ordered(set(part["device"]) - {"cpu"}):
+        for device in ordered_devices(set(part["device"]) - {"cpu"}):
             gpu = part[part["device"] == device]
             both = sorted(set(gpu["width"]) & set(cpu["width"]))
             alone = sorted(set(gpu["width"]) - set(cpu["width"]))
-            text = (f"on {_the(device)} (scale, {BLOG_PRECISION}, {settings}) "
+            text = (f"on {the_device(device)} (scale, {BLOG_PRECISION}, {settings}) "
                     f"{_share_by_width(gpu)}")
-            ratios = {w: stats.ratio_ci(_rates(gpu, width=w), _rates(cpu, width=w))
+            ratios = {w: stats.ratio_ci(rates(gpu, width=w), rates(cpu, width=w))
                       for w in both}
             ests = {w: e for w, e in ratios.items() if e is not None}
             if ests:
@@ -475,9 +428,9 @@ def _scale_sentences(inputs: Inputs, summary) -> list[str]:
             if alone:
                 text += (f". Width {', '.join(count(w) for w in alone)} ran on the "
                          f"{device_name(device)} alone")
-            out.append(_sentence(prefix, text + "."))
+            out.append(sentence(prefix, text + "."))
     if cells.empty:
-        out.append(_not_measured("Model size", "these results hold no ok cells of the scale "
+        out.append(not_measured("Model size", "these results hold no ok cells of the scale "
                                                "experiment"))
     return out
 
@@ -487,8 +440,8 @@ def scale_rows(summary) -> tuple[list[str], list[dict], str]:
     FLOPs per sample and, per device, the samples/s with the share of its limit; the GPU's
     speed-up over the CPU with its interval (the kind of interval named once in the
     caption where all are of one kind)."""
-    cells = _scale_frame(summary)
-    shown = _ordered(set(cells["device"])) if not cells.empty else []
+    cells = scale_frame(summary)
+    shown = ordered_devices(set(cells["device"])) if not cells.empty else []
     intervals = TableIntervals()
     rows = []
     for (env, precision, width), group in cells.groupby(["env", "precision", "width"],
@@ -499,10 +452,10 @@ def scale_rows(summary) -> tuple[list[str], list[dict], str]:
             if mine.empty:
                 per_device.append({"rate": DASH, "share": ""})
                 continue
-            shares = _shares(mine)
+            shares = limit_shares(mine)
             per_device.append({"rate": num(median(col(mine, "samples_per_s")), 3),
-                               "share": (f"{_pct(median(shares))} of its limit" if shares else
-                                         f"{_gflops(median(col(mine, 'achieved_gflops')))}, "
+                               "share": (f"{percent(median(shares))} of its limit" if shares else
+                                         f"{gflop_rate(median(col(mine, 'achieved_gflops')))}, "
                                          "limit not measured")})
         gpus = [d for d in shown if d != "cpu"]
         if gpus and "cpu" in shown:

@@ -1,0 +1,67 @@
+"""The wording the sections of "Why" share (:mod:`~mnistbench.report.sections.why` and
+:mod:`~mnistbench.report.sections.why_scaling`): devices and environments named in a sentence,
+rates and shares written with three significant digits, loaders and devices in the order the
+sentences take them, and the sentence for a figure the results do not hold."""
+
+from __future__ import annotations
+
+from mnistbench.report import blog
+from mnistbench.report.formatting import num
+from mnistbench.report.selections import DEVICES, Inputs, device_name, limit_share
+
+#: The loader the sentences prefer: data held in memory (the device's own work), then the
+#: blog's DataLoader.
+LOADER_ORDER = ("resident", blog.BLOG_LOADER)
+
+
+def the_device(device: str) -> str:
+    """"the CPU", "the GPU", or "the xpu"."""
+    return f"the {device_name(device)}"
+
+
+def capitalised(text: str) -> str:
+    """``text`` with its first letter upper case."""
+    return text[:1].upper() + text[1:]
+
+
+def on_env(inputs: Inputs, env) -> str:
+    """"On ENV, " with several environments, else nothing."""
+    return f"On {env}, " if inputs.multi_env else ""
+
+
+def sentence(prefix: str, text: str) -> str:
+    """``text`` after ``prefix`` ("On ENV, " or nothing), capitalised where it starts."""
+    return prefix + text if prefix else capitalised(text)
+
+
+def gflop_rate(value) -> str:
+    """A rate of arithmetic in GFLOP/s."""
+    return num(value, 3, "GFLOP/s")
+
+
+def percent(value) -> str:
+    """A share in percent, three significant digits."""
+    return num(value, 3, "%")
+
+
+def ordered_loaders(frame) -> list[str]:
+    """The loaders of ``frame``, those of :data:`LOADER_ORDER` first."""
+    found = sorted(set(frame["loader"])) if not frame.empty else []
+    return sorted(found, key=lambda x: (LOADER_ORDER.index(x) if x in LOADER_ORDER
+                                        else len(LOADER_ORDER), x))
+
+
+def ordered_devices(names) -> list[str]:
+    """``names`` of devices, the CPU first, then the GPU, then others by name."""
+    present = set(names)
+    return [d for d in DEVICES if d in present] + sorted(present - set(DEVICES))
+
+
+def limit_shares(frame) -> list[float]:
+    """Each cell's share of its measured limit (%), the cells without one left out."""
+    return [v for v in limit_share(frame).tolist() if v == v]
+
+
+def not_measured(subject: str, why: str) -> str:
+    """"SUBJECT is not measured: WHY."."""
+    return f"{subject} is not measured: {why}."
