@@ -255,7 +255,7 @@ def test_a_bad_resource_row_makes_the_cell_invalid(runs, tmp_path, column, value
     ("epochs.csv", "cut",
      f"epochs.csv line 3 has 4 fields, expected {len(schema.EPOCH_COLUMNS)}"),
     ("epochs.csv", "folder", "cannot read epochs.csv: not a regular file but a folder"),
-    ("resources.csv", "binary", "cannot read resources.csv: 'utf-8' codec can't decode"),
+    ("resources.csv", "binary", "cannot read resources.csv: not UTF-8 text (byte 0)"),
 ])
 def test_an_ok_cell_needs_its_three_files_whole(runs, tmp_path, name, fault, message):
     """An ok cell has summary.json, epochs.csv and resources.csv, each non-empty and whole."""

@@ -42,6 +42,7 @@ and none of its epoch or resource rows, so no table, statistic or chart uses its
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mnistbench.core import atomic, options, schema
+from mnistbench.core import atomic, cpuruntime, devices, options, schema, study, untrusted
 
 #: The MNIST splits' sizes (the training and test samples a cell can use at most).
 TRAIN_SAMPLES = options.MNIST_TRAIN_SAMPLES
@@ -194,6 +195,44 @@ SPECS: dict[str, dict[str, Spec]] = {
               for name, (unit, _) in fields.items()}
     for section, fields in _TABLES.items()}
 
+#: The enumerated fields of a cell (params) and of the tables, each with the values it may
+#: hold, every list defined once in mnistbench.core: a value outside is a cell that cannot
+#: have run (a ``tpu`` device, an ``fp64`` precision, a loader ``<b>warp</b>``). ``compile``
+#: is empty (or false, in older cells) for eager; ``tip`` empty outside the tips experiment.
+ENUMS: dict[str, tuple[object, ...]] = {
+    "device": devices.DEVICES,
+    "precision": devices.PRECISIONS,
+    "loader": devices.LOADERS,
+    "implementation": options.IMPLEMENTATIONS,
+    "compile": ("", False, None, *options.COMPILE_MODES),
+    "tip": ("", None, *study.TIP_NAMES),
+    "allocator": (None, *cpuruntime.ALLOCATORS),
+}
+#: The same as CSV text (False and None as the aggregate writes them).
+_ENUM_TEXT: dict[str, frozenset[str]] = {
+    name: frozenset("" if v is None else str(v) for v in values)
+    for name, values in ENUMS.items()}
+#: The highest measured limit believed, in GFLOP/s: 10 PFLOP/s, above any single device's
+#: datasheet peak at any precision this study runs (an H200's dense fp16 is about 1 PFLOP/s).
+#: No datasheet table is kept here, so this one bound holds for every device.
+MAX_GFLOPS = 1e7
+#: A limit or a training rate above this many GFLOP/s cannot be true (a 1e300 record).
+_GFLOPS = Spec("number", 0, MAX_GFLOPS)
+#: Columns of the aggregated tables that identify a cell: plain names (study.safe_name).
+NAME_COLUMNS = schema.ID_COLUMNS
+
+
+def enum_problem(field: str, value: object) -> str | None:
+    """Why ``value`` cannot be the enumerated ``field`` (:data:`ENUMS`), or None."""
+    allowed = ENUMS.get(field)
+    if allowed is None or value in allowed:
+        return None
+    shown = ", ".join(repr(v) for v in allowed if v not in ("", None, False))
+    return f"{field} is {_show(value)}, expected one of {shown}"
+
+
+SPECS["results"]["achieved_gflops"] = _GFLOPS
+
 #: Fields an ok cell must have a value in (the figures its epochs give).
 OK_REQUIRED = {
     "results": ("epoch_s_median", "epoch_s_mean", "train_s_median", "total_s", "data_s",
@@ -234,6 +273,7 @@ def _parse_float(text: str) -> float | _NotJson:
 def loads_lenient(text: str) -> object:
     """``text`` parsed as JSON, with each non-JSON number (NaN, Infinity, -Infinity, 1e999)
     kept as a marker that :func:`not_json` finds, so the caller can name where it was."""
+    untrusted.check_json_depth(text)  # a ValueError before json.loads would recurse too deep
     return json.loads(text, parse_constant=_NotJson, parse_float=_parse_float)
 
 
@@ -262,18 +302,19 @@ def loads_strict(text: str) -> object:
     return data
 
 
+#: The largest summary.json, measured limit or manifest read (a cell's summary is about 8 KiB).
+MAX_JSON_BYTES = 16 * 1024 * 1024
+#: The largest epochs.csv or resources.csv read (a long cell samples about 10 MiB).
+MAX_CSV_BYTES = 512 * 1024 * 1024
+
+
 def read_json_strict(path: Path) -> object:
-    """The strict JSON of the regular file at ``path`` (ValueError, or OSError, otherwise)."""
-    _require_regular(path)
-    return loads_strict(Path(path).read_text(encoding="utf-8"))
-
-
-def _require_regular(path: Path) -> None:
-    """Raise OSError when ``path`` exists but is not a regular file (opening a FIFO would
-    hang, a folder fails with a vaguer error)."""
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise IsADirectoryError(0, f"not a regular file but {atomic.file_kind(mode)}", str(path))
+    """The strict JSON of the regular file at ``path``, read without following a symbolic
+    link at its name (:func:`mnistbench.core.untrusted.read_text_under`; ValueError, or
+    OSError naming the path, otherwise)."""
+    path = Path(path)
+    return loads_strict(untrusted.read_text_under(path.parent, path.name,
+                                                  max_bytes=MAX_JSON_BYTES))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,8 +382,11 @@ def read_cell(folder: Path) -> Cell:
     folder = Path(folder)
     path = folder / schema.SUMMARY_FILE
     try:
-        _require_regular(path)
-        data = loads_lenient(path.read_text(encoding="utf-8"))
+        data = loads_lenient(untrusted.read_text_under(folder, schema.SUMMARY_FILE,
+                                                       max_bytes=MAX_JSON_BYTES))
+    except untrusted.UnsafeFile as exc:
+        raise CellError(f"cannot read {path}: {exc.why}. A cell's summary is a regular "
+                        f"file in its folder: {FIX}.") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise CellError(f"cannot read {path}: {why}. The file is corrupt or truncated: "
@@ -424,6 +468,10 @@ def _check_structure(path: Path, data: dict) -> int:
                 f"{path}: params.{key} is {value!r}, but every cell needs a {key} (with "
                 "device and precision it names the cell's series in every table and chart): "
                 f"{FIX}.")
+        problem = enum_problem(key, value)
+        if problem:
+            raise CellError(f"{path}: params.{problem}: no cell of this mnistbench can have "
+                            f"run so, and it names the cell's series in every table: {FIX}.")
     for key, low in (("batch_size", 1), ("repeat", 0)):
         value = params[key]
         if type(value) is not int or value < low:
@@ -445,6 +493,14 @@ def _check_values(cell: Cell) -> None:
                 cell.bad_fields.add((name, key))
                 cell.problems.append(f"{schema.SUMMARY_FILE} {name}.{key} is {_show(value)}, "
                                      f"expected {spec.expected()}")
+    for key in ENUMS:
+        value = cell.sections["params"].get(key)
+        # None: a field an older schema did not record (schema.ADDED_IN)
+        problem = (None if value is None or ("params", key) in cell.bad_fields
+                   else enum_problem(key, value))
+        if problem:
+            cell.bad_fields.add(("params", key))
+            cell.problems.append(f"{schema.SUMMARY_FILE} params.{problem}")
     if cell.status == "ok":
         for name, keys in OK_REQUIRED.items():
             for key in keys:
@@ -470,8 +526,10 @@ def _read_rows(cell: Cell, table: str) -> bool:
     path = cell.folder / name
     columns = list(_TABLES[table])
     try:
-        _require_regular(path)
-        with path.open(encoding="utf-8", newline="") as handle:
+        if not (path.exists() or path.is_symlink()):
+            raise FileNotFoundError(path)
+        text = untrusted.read_text_under(cell.folder, name, max_bytes=MAX_CSV_BYTES)
+        with io.StringIO(text, newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, None)
             if header is None:
@@ -509,6 +567,9 @@ def _read_rows(cell: Cell, table: str) -> bool:
             cell.problems.append(f"{name} is missing, but an ok cell has one")
             return False
         return True
+    except untrusted.UnsafeFile as exc:
+        cell.problems.append(f"cannot read {name}: {exc.why}")
+        return False
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         cell.problems.append(f"cannot read {name}: {why}")
@@ -730,6 +791,10 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
             if not _is_positive(row[key]):
                 raise bad(f"{where}.{key} is {_show(row[key])}, expected a finite number "
                           "above 0")
+        if row["gflops"] > MAX_GFLOPS:
+            raise bad(f"{where}.gflops is {_show(row['gflops'])}, above {MAX_GFLOPS:g} "
+                      "GFLOP/s (10 PFLOP/s, more than any device's datasheet peak): no "
+                      "device measures that")
         if not _is_count(row["calls"], 1):
             raise bad(f"{where}.calls is {_show(row['calls'])}, expected a whole number 1 or "
                       "more")
