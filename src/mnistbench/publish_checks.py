@@ -165,12 +165,15 @@ def read_cells(runs: Path) -> tuple[list[CellInfo], list[str]]:
         raise PublishError(f"no results to publish: {runs} is not a folder. Run the study "
                            "first (make study), or unpack another machine's results.")
     cells, incomplete = [], []
-    for folder in sorted(p for p in runs.glob("*/*/*") if p.is_dir()
-                         and not any(part.startswith(".") for part in p.relative_to(runs).parts)):
+    try:
+        folders = validate.cell_folders(runs)
+    except validate.CellError as exc:
+        raise PublishError(str(exc)) from None
+    for folder in folders:
         env, experiment, name = folder.relative_to(runs).parts
         key = (env, experiment, name)
         path = folder / schema.SUMMARY_FILE
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             incomplete.append("/".join(key))
             continue
         try:

@@ -174,6 +174,9 @@ BAD = {
                          "rows[0] holds"),
     "unavailable with rows": (json.dumps({**UNAVAILABLE, "device": "cpu",
                                           "rows": PEAK["rows"]}), "expected none"),
+    "a limit of 1e300 GFLOP/s": (json.dumps(_changed(row_gflops=1e300)),
+                                 "rows[0].gflops is 1e+300, above 1e+07 GFLOP/s"),
+    "nested 5000 deep": ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
     "failed without a reason": (json.dumps({**UNAVAILABLE, "device": "cpu",
                                             "status": "failed", "reason": ""}),
                                 "a limit not measured says why"),
@@ -274,7 +277,7 @@ def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsy
     small_study(runs)
     record = copy.deepcopy(PEAK)
     for row in record["rows"]:
-        row["gflops"] = 1e-6 if row["precision"] == "fp32" else 1e9
+        row["gflops"] = 1e-6 if row["precision"] == "fp32" else 1e6
     write_peak(runs, record)
     rows = summary_rows(runs, tmp_path / "out")
     fp32 = [r for r in rows.values() if r["device"] == "cpu" and r["precision"] == "fp32"]
@@ -284,5 +287,5 @@ def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsy
         "limit_source"] and f"runs/{ENV}/peak/cpu.json" in r["limit_source"]
         and "delete that file and rerun the study" in r["limit_source"] for r in fp32)
     bf16 = rows[(ENV, "sweep", "cpu-bf16-resident-b64-r0")]
-    assert bf16["limit_gflops"] == 1e9 and bf16["limit_source"].startswith("measured: ")
+    assert bf16["limit_gflops"] == 1e6 and bf16["limit_source"].startswith("measured: ")
     assert "is no limit" in capsys.readouterr().err

@@ -47,13 +47,13 @@ import json
 import math
 import os
 import re
-import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mnistbench.core import atomic, cpuruntime, devices, options, schema, study, untrusted
+from mnistbench.core import cpuruntime, devices, options, schema, study, untrusted
 
 #: The MNIST splits' sizes (the training and test samples a cell can use at most).
 TRAIN_SAMPLES = options.MNIST_TRAIN_SAMPLES
@@ -813,6 +813,11 @@ def peak_files(env_folder: Path) -> list[tuple[str, Path]]:
     from mnistbench.core.devices import DEVICES
 
     folder = Path(env_folder) / schema.PEAK_DIR
+    if folder.is_symlink():
+        raise PeakError(f"{folder} is a symbolic link (to {os.readlink(folder)}), which is not "
+                        "followed: an environment's measured limits are read only where they "
+                        "lie. Move the folder it points to into its place, or remove the link "
+                        "(the workflow's peak step measures again).")
     if not folder.is_dir():
         return []
     found = []
@@ -835,8 +840,154 @@ def read_peaks(runs: Path) -> dict[tuple[str, str], Peak]:
     if not runs.is_dir():
         return {}
     peaks = {}
-    for env_folder in sorted(p for p in runs.iterdir()
-                             if p.is_dir() and not p.name.startswith(".")):
+    for env_folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()
+                             and not p.name.startswith(".")):
         for device, path in peak_files(env_folder):
             peaks[(env_folder.name, device)] = read_peak(path, device)
     return peaks
+
+
+# ---------------------------------------------------------------------------------------------
+# Rows of the aggregated tables: summary.csv and epochs.csv, wherever they come from
+#: The largest CSV field read (a cell's reason may be long: a traceback's last lines).
+MAX_CSV_FIELD = 16 * 1024 * 1024
+#: How to replace an aggregated table that holds a row no cell can give.
+TABLE_FIX = ("the table was edited or damaged (the aggregate writes only checked values): "
+             "run `mnistbench aggregate RUNS --out-dir FOLDER` again, or for a publication "
+             "publish again")
+
+
+@contextmanager
+def csv_fields_up_to(limit: int = MAX_CSV_FIELD):
+    """Let the csv module read fields of up to ``limit`` characters (its default, 128 KiB,
+    refuses a long reason), restoring the old limit afterwards."""
+    old = csv.field_size_limit(limit)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(old)
+
+
+def _summary_specs() -> dict[str, Spec]:
+    specs: dict[str, Spec] = {}
+    for section in ("params", "results", "timing", "env"):
+        for name, spec in SPECS[section].items():
+            specs.setdefault(name, spec)
+    specs["limit_gflops"] = _GFLOPS
+    specs["limit_share_pct"] = Spec("number", 0)  # may pass 100 (schema.LIMIT_FIELDS)
+    return specs
+
+
+#: What each column of summary.csv and of epochs.csv may hold.
+TABLE_SPECS: dict[str, dict[str, Spec]] = {
+    "summary": _summary_specs(),
+    "epochs": {**{k: SPECS["params"][k] for k in SPECS["params"]}, **SPECS["epochs"]},
+}
+#: The enumerated columns a row must name (a cell's series); the others may be empty.
+_IDENTITY = ("device", "precision", "loader")
+
+
+def _text_value(spec: Spec, text: str) -> object:
+    """The value a CSV text spells for ``spec`` (a marker the spec refuses where none)."""
+    if spec.kind in ("int", "number"):
+        value = parse_csv_number(text, spec.kind)
+        return _NotJson(text) if value is None else value
+    if spec.kind == "flag":
+        return {"True": True, "False": False, "true": True, "false": False}.get(text, text)
+    return text
+
+
+def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
+    """Why a row of the aggregated ``table`` (``summary`` or ``epochs``, values as CSV text)
+    cannot come from a cell: an identity that is not a plain name, a status, device,
+    precision, loader, implementation, compile mode, tip or allocator outside its list in
+    :mod:`mnistbench.core`, or a number outside its physical range (:data:`TABLE_SPECS`:
+    accuracies 0 to 100 %, times, rates and counts 0 or more, a limit up to
+    :data:`MAX_GFLOPS`). Empty: the row is sound."""
+    problems = []
+    for column in schema.ID_COLUMNS:
+        value = str(row.get(column) or "")
+        if not value or study.safe_name(value, default="") != value:
+            problems.append(f"{column} is {_show(value)}, expected a plain name "
+                            "(A-Z a-z 0-9 . _ -)")
+    if table == "summary" and str(row.get("status") or "") not in schema.STATUSES:
+        problems.append(f"status is {_show(row.get('status'))}, expected one of "
+                        f"{', '.join(schema.STATUSES)}")
+    for column in ENUMS:
+        if column not in row:
+            continue
+        text = "" if row[column] is None else str(row[column])
+        if text in _ENUM_TEXT[column] and (text or column not in _IDENTITY):
+            continue
+        problems.append(f"{column} is empty, but every cell has one (it names the cell's "
+                        "series in every table and chart)" if not text
+                        else enum_problem(column, text))
+    specs = TABLE_SPECS[table]
+    for column, raw in row.items():
+        spec = specs.get(column)
+        if spec is None or spec.kind == "text" or column in ENUMS:
+            continue
+        text = "" if raw is None else str(raw).strip()
+        if text and not spec.accepts(_text_value(spec, text)):
+            problems.append(f"{column} is {_show(text)}, expected {spec.expected()}")
+    return problems
+
+
+def check_rows(table: str, rows: Iterable[Mapping[str, object]], path: object,
+               first_line: int = 2) -> None:
+    """Raise :class:`TableRowError` for the first row of ``rows`` (read from ``path``, the
+    first on line ``first_line``) that :func:`row_problems` finds unsound, naming the file,
+    the line, the cell, what is wrong and the fix."""
+    for line, row in enumerate(rows, start=first_line):
+        problems = row_problems(table, row)
+        if problems:
+            cell = "/".join(str(row.get(k) or "?") for k in schema.ID_COLUMNS)
+            shown = "; ".join(problems[:SHOWN_PROBLEMS])
+            more = len(problems) - SHOWN_PROBLEMS
+            raise TableRowError(
+                f"{path} line {line} (cell {_show(cell)[1:-1]}): {shown}"
+                + (f"; and {more} more" if more > 0 else "")
+                + f". No cell can give that row: {TABLE_FIX}.")
+
+
+class TableRowError(ValueError):
+    """A row of an aggregated table that no cell can give; one paragraph naming the file,
+    the line, the cell, the field and the fix."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Walking a runs folder
+def cell_folders(runs: Path) -> list[Path]:
+    """Every cell folder under ``runs`` (``runs/ENV/EXPERIMENT/CELL``), sorted: hidden names
+    (.snakemake, editor and sync droppings) and an environment's measured limits
+    (``peak/``) are not cells, and no symbolic link is followed. Raises :class:`CellError`
+    naming a folder on the way that is a symbolic link (a reader of ``runs`` reads only what
+    lies in it) and the fix."""
+    runs = Path(runs)
+    found: list[Path] = []
+
+    def folders(parent: Path) -> list[Path]:
+        out = []
+        with os.scandir(parent) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_symlink():
+                    target = os.readlink(entry.path)
+                    if os.path.isdir(entry.path):
+                        raise CellError(
+                            f"{entry.path} is a symbolic link (to {target}), which a reader of "
+                            f"{runs} does not follow: results are read only where they lie. "
+                            f"Move the folder it points to into its place (mv), or remove "
+                            "the link.")
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    out.append(Path(entry.path))
+        return out
+
+    for env in folders(runs):
+        for experiment in folders(env):
+            if experiment.name == schema.PEAK_DIR:
+                continue
+            found += folders(experiment)
+    return sorted(found)
