@@ -44,7 +44,9 @@ import contextlib
 import csv
 import dataclasses
 import difflib
-import json
+import errno
+import hashlib
+import io
 import os
 import re
 import shlex
@@ -58,7 +60,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mnistbench import __version__
-from mnistbench.core import atomic, schema
+from mnistbench.core import atomic, schema, untrusted
 
 # The checks live in mnistbench.publish_checks; all their names stay importable from here.
 from mnistbench.publish_checks import (  # noqa: F401 - re-exported
@@ -147,11 +149,10 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
     kept = kept_environments(report, present) if keep_published else None
     all_env_configfiles = dict(env_configfiles)
     all_env_configs = dict(env_configs)  # those of kept environments too: for the command
-    if kept is not None:
+    if kept is not None:  # recorded as published: their config files are never read
         for env, paths in kept.env_configfiles.items():
             all_env_configfiles[env] = [Path(p) for p in paths]
-            all_env_configs[env] = load_config([*configfiles, *all_env_configfiles[env]],
-                                               config_schema)
+            all_env_configs[env] = kept.env_configs.get(env, {})
         if log is not None:
             log(f"keeping {', '.join(kept.envs) or 'no environment'} as published")
     try:
@@ -235,7 +236,9 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
 @dataclass
 class Kept:
     """The environments of a publication that the next one keeps as published: their rows of
-    the three tables, their manifest entries and the config files they were checked with."""
+    the three tables, their manifest entries and the config files they were checked with
+    (names only: what the publication recorded, never read again), with whether their study
+    ran through SLURM (from the published command)."""
 
     envs: list[str]
     summary: list[dict]
@@ -243,6 +246,7 @@ class Kept:
     resources: list[list[str]]
     manifest: list[dict]
     env_configfiles: dict[str, list[str]]
+    env_configs: dict[str, dict] = field(default_factory=dict)
 
     def merge_into(self, data: Path) -> None:
         """Add the kept rows to the tables just aggregated into ``data``, in the order the
@@ -258,26 +262,43 @@ class Kept:
             aggregate.write_rows(data / name, header, merged)
 
 
+def _published_csv(report: Path, name: str) -> list[list[str]]:
+    """Every row of the publication's table ``data/NAME`` (its header first), read without
+    following a symbolic link (:func:`mnistbench.core.untrusted.read_text_under`)."""
+    text = untrusted.read_text_under(report, f"{DATA_DIR}/{name}", max_bytes=MAX_PUBLISHED_BYTES)
+    with validate.csv_fields_up_to():
+        return list(csv.reader(io.StringIO(text, newline="")))
+
+
 def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     """What ``publish --keep-published`` keeps of ``report``'s publication: every environment
     of its tables that ``present`` (the environments under results/runs) does not name, as
     published. Their cells cannot be checked again (their summary.json files are not here):
-    the manifest keeps what their publication's checks found, with its date and revision.
-    Raises :class:`PublishError` when there is no readable publication, or when its tables
-    have other columns than this mnistbench writes (measure those environments again)."""
+    the manifest keeps what their publication's checks found, with its date and revision,
+    and every kept row is checked again as the aggregate's rows are
+    (:func:`mnistbench.results.validate.check_rows`).
+
+    The old publication is data: its files are read only inside ``report`` (no symbolic link
+    followed), and the config files its manifest names are kept as names, never opened.
+    Raises :class:`PublishError` when there is no readable publication, when its tables have
+    other columns than this mnistbench writes (measure those environments again), or when a
+    kept row cannot come from a cell."""
     data = report / DATA_DIR
     try:
-        old = json.loads((data / MANIFEST).read_text(encoding="utf-8"))
+        old = validate.loads_strict(untrusted.read_text_under(
+            report, f"{DATA_DIR}/{MANIFEST}", max_bytes=validate.MAX_JSON_BYTES))
         if not isinstance(old, dict):
             raise ValueError(f"{data / MANIFEST} is not a JSON object")
-        with (data / aggregate.SUMMARY_CSV).open(encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle)
-            summary, header = list(reader), reader.fieldnames or []
-        epochs = _table_rows(data / aggregate.EPOCHS_CSV)
-        resources = _table_rows(data / aggregate.RESOURCES_CSV)
-    except (OSError, ValueError) as exc:
+        summary_table = _published_csv(report, aggregate.SUMMARY_CSV)
+        epochs = _published_csv(report, aggregate.EPOCHS_CSV)
+        resources = _published_csv(report, aggregate.RESOURCES_CSV)
+    except untrusted.UnsafeFile as exc:
         raise PublishError(f"--keep-published: the publication in {report} cannot be read "
                            f"({exc}); publish without --keep-published.") from None
+    except (csv.Error, ValueError) as exc:
+        raise PublishError(f"--keep-published: the publication in {report} cannot be read "
+                           f"({exc}); publish without --keep-published.") from None
+    header = (summary_table or [[]])[0]
     # An empty table has no header: other columns too.
     wanted = [("summary.csv", header, list(schema.summary_columns())),
               ("epochs.csv", (epochs or [[]])[0], aggregate.epoch_columns()),
@@ -288,26 +309,73 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
                 f"--keep-published: {data / name} has other columns than this mnistbench "
                 f"writes (schema {schema.SCHEMA_VERSION}): its environments cannot be kept as "
                 "they are. Measure them again, or publish without --keep-published.")
+    for name, table in (("summary.csv", summary_table), ("epochs.csv", epochs),
+                        ("resources.csv", resources)):
+        for line, row in enumerate(table[1:], start=2):
+            if len(row) != len(table[0]):
+                raise PublishError(f"--keep-published: {data / name} line {line} has "
+                                   f"{len(row)} fields, its header {len(table[0])}: the "
+                                   "publication was edited or cut short; publish without "
+                                   "--keep-published.")
+    summary = [dict(zip(header, row, strict=True)) for row in summary_table[1:]]
     envs = sorted({row["env"] for row in summary} - set(present))
-    checks = old.get("checks") or {}
+    kept_summary = [r for r in summary if r["env"] in envs]
+    kept_epochs = [r for r in epochs[1:] if r[0] in envs]
+    try:
+        validate.check_rows("summary", kept_summary, data / aggregate.SUMMARY_CSV)
+        validate.check_rows("epochs", [dict(zip(epochs[0], r, strict=True))
+                                       for r in kept_epochs], data / aggregate.EPOCHS_CSV)
+    except validate.TableRowError as exc:
+        raise PublishError(f"--keep-published: {exc} Kept rows are checked at every "
+                           "publish: publish without --keep-published (or measure that "
+                           "environment again).") from None
+    checks = old.get("checks") if isinstance(old.get("checks"), dict) else {}
     versions = {e.get("env"): e.get("schema_versions") or []
                 for e in old.get("environments") or [] if isinstance(e, dict)}
     entries = []
     for env in envs:
-        mine = {kind: [p for p in checks.get(kind) or []
+        mine = {kind: [p for p in _dicts(checks.get(kind))
                        if str(p.get("cell", "")).startswith(f"{env}/")]
                 for kind in ("missing", "failed", "stale")}
-        entries.append({"env": env, "published_at": old.get("published_at", ""),
-                        "git_revision": old.get("git_revision", ""),
+        entries.append({"env": env, "published_at": _text(old.get("published_at")),
+                        "git_revision": _text(old.get("git_revision")),
                         "cells": sum(row["env"] == env for row in summary),
-                        "schema_versions": list(versions.get(env, [])),
-                        "checks": {**mine, "waived": checks.get("waived") or [],
-                                   "reason": checks.get("reason") or ""}})
-    configs = old.get("env_configfiles") or {}
-    return Kept(envs=envs, summary=[r for r in summary if r["env"] in envs],
-                epochs=[r for r in epochs[1:] if r[0] in envs],
+                        "schema_versions": [v for v in _list(versions.get(env))
+                                            if type(v) is int],
+                        "checks": {**mine, "waived": [_text(w) for w in
+                                                      _list(checks.get("waived"))],
+                                   "reason": _text(checks.get("reason"))}})
+    configs = old.get("env_configfiles") if isinstance(old.get("env_configfiles"), dict) else {}
+    command = _text(old.get("command"))
+    env_configfiles, env_configs = {}, {}
+    for env in envs:
+        paths = [_text(p) for p in _list(configs.get(env)) if _text(p)]
+        if not paths:
+            continue
+        env_configfiles[env] = paths
+        # Whether its study ran through SLURM, as the published command says (its config is
+        # not read: it may lie anywhere, and it is not part of the publication).
+        slurm = any("profiles/slurm" in part and all(p in part for p in paths)
+                    for part in command.split(" && "))
+        env_configs[env] = {"slurm": {"partitions": {"published": True}}} if slurm else {}
+    return Kept(envs=envs, summary=kept_summary, epochs=kept_epochs,
                 resources=[r for r in resources[1:] if r[0] in envs], manifest=entries,
-                env_configfiles={env: list(configs[env]) for env in envs if env in configs})
+                env_configfiles=env_configfiles, env_configs=env_configs)
+
+
+def _text(value: object) -> str:
+    """A text value of an old manifest (data from anyone who could write to report/), on one
+    line; anything else is empty."""
+    return untrusted.one_line(value) if isinstance(value, str) else ""
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _dicts(value: object) -> list[dict]:
+    return [{k: _text(v) for k, v in item.items() if isinstance(k, str)}
+            for item in _list(value) if isinstance(item, dict)]
 
 
 def _table_rows(path: Path) -> list[list[str]]:
@@ -666,16 +734,27 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
     """What is wrong with the publication in ``report`` (empty: nothing): its manifest, every
     checksum, files the manifest does not list, and whether rendering ``data/`` again (from
     the current folder, with the recorded arguments) gives ``index.html`` but for the
-    generation stamp."""
+    generation stamp.
+
+    Every file is read through :func:`mnistbench.core.untrusted.read_bytes_under`: a
+    symbolic link in ``report/`` (to ``/etc/shadow``, say) is named and never followed, a
+    FIFO never opened, and no problem quotes a line of a file that was not read. The report is
+    rendered again only when every file of ``data/`` is a regular file of the publication; a
+    table it cannot render (an edited one) is a problem listed beside the checksums, never a
+    traceback."""
     report = Path(report)
     path = report / DATA_DIR / MANIFEST
     try:
-        manifest = validate.loads_strict(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        manifest = validate.loads_strict(untrusted.read_text_under(
+            report, f"{DATA_DIR}/{MANIFEST}", max_bytes=validate.MAX_JSON_BYTES))
+    except untrusted.UnsafeFile as exc:
+        return [f"cannot read {path}: {exc.why}; publish again (make publish)"]
+    except ValueError as exc:
         return [f"cannot read {path}: {exc}"]
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return [f"{path} is not the manifest of a publication (format {FORMAT!r})"]
     problems = []
+    unread = False  # a file of the publication that is not read: no rendering from it
     files = manifest.get("files") or {}
     if not isinstance(files, dict):
         return [f"{path}: 'files' is not a mapping of paths to checksums"]
@@ -684,18 +763,29 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
         if outside:
             problems.append(f"{path} lists {name!r}, {outside}; it was not read (a "
                             f"publication's files lie in {report})")
+            unread = True
             continue
         target = report / name
         if not isinstance(entry, dict):
             problems.append(f"{path}: the entry of {name!r} is not {{bytes, sha256}}")
-        elif not target.is_file():
-            problems.append(f"{target} is listed in the manifest but missing")
-        elif archive.sha256_file(target) != entry.get("sha256"):
+            continue
+        try:
+            digest = hashlib.sha256(untrusted.read_bytes_under(
+                report, name, max_bytes=MAX_PUBLISHED_BYTES)).hexdigest()
+        except untrusted.UnsafeFile as exc:
+            missing = exc.errno == errno.ENOENT
+            problems.append(f"{target} is listed in the manifest but missing" if missing
+                            else f"{target} is {exc.why}; it was not read")
+            unread = unread or not missing
+            continue
+        if digest != entry.get("sha256"):
             problems.append(f"{target} does not match its SHA-256 in the manifest (changed "
                             "after publishing)")
-    for extra in sorted((report / DATA_DIR).iterdir()) if (report / DATA_DIR).is_dir() else []:
+    data_dir = report / DATA_DIR
+    for extra in sorted(data_dir.iterdir()) if data_dir.is_dir() else []:
         if extra.name != MANIFEST and f"{DATA_DIR}/{extra.name}" not in files:
             problems.append(f"{extra} is not listed in the manifest")
+            unread = unread or not stat.S_ISREG(os.lstat(extra).st_mode)
     render_args = manifest.get("render") or {}
     if not isinstance(render_args, dict) or not all(
             isinstance(render_args.get(k), str) for k in ("results", "cost_model", "command")):
@@ -714,17 +804,29 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
                         "from here: run the check from the folder it was published in (the "
                         "project's)")
         return problems
-    with tempfile.TemporaryDirectory(prefix="mnistbench-verify-") as tmp:
-        fresh = render(render_args, Path(tmp) / INDEX).read_text(encoding="utf-8")
-    try:
-        committed = (report / INDEX).read_text(encoding="utf-8")
-    except OSError as exc:
-        problems.append(f"cannot read {report / INDEX}: {exc}")
+    if unread:
+        problems.append(f"the report was not rendered again: a file of {report} was not read "
+                        "(above)")
         return problems
+    try:
+        committed = untrusted.read_text_under(report, INDEX, max_bytes=MAX_PUBLISHED_BYTES)
+    except untrusted.UnsafeFile as exc:
+        problems.append(f"cannot read {report / INDEX}: {exc.why}; it was not compared")
+        return problems
+    with tempfile.TemporaryDirectory(prefix="mnistbench-verify-") as tmp:
+        try:
+            fresh = render(render_args, Path(tmp) / INDEX).read_text(encoding="utf-8")
+        except PublishError as exc:
+            problems.append(str(exc))
+            return problems
     if strip_stamp(fresh) != strip_stamp(committed):
         problems.append(f"{report / INDEX} is not what {results} renders to now: "
                         + first_difference(strip_stamp(committed), strip_stamp(fresh)))
     return problems
+
+
+#: The largest file of a publication read (its report is about 2 MiB, its tables less).
+MAX_PUBLISHED_BYTES = 256 * 1024 * 1024
 
 
 def _outside(report: Path, name: object) -> str | None:
