@@ -322,9 +322,13 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     kept_summary = [r for r in summary if r["env"] in envs]
     kept_epochs = [r for r in epochs[1:] if r[0] in envs]
     try:
-        validate.check_rows("summary", kept_summary, data / aggregate.SUMMARY_CSV)
-        validate.check_rows("epochs", [dict(zip(epochs[0], r, strict=True))
-                                       for r in kept_epochs], data / aggregate.EPOCHS_CSV)
+        for line, row in enumerate(summary, start=2):  # named by their lines in the file
+            if row["env"] in envs:
+                validate.check_rows("summary", [row], data / aggregate.SUMMARY_CSV, line)
+        for line, record in enumerate(epochs[1:], start=2):
+            if record[0] in envs:
+                validate.check_rows("epochs", [dict(zip(epochs[0], record, strict=True))],
+                                    data / aggregate.EPOCHS_CSV, line)
     except validate.TableRowError as exc:
         raise PublishError(f"--keep-published: {exc} Kept rows are checked at every "
                            "publish: publish without --keep-published (or measure that "
