@@ -3,6 +3,7 @@ follows no symbolic link and quotes nothing it refused, `--keep-published` treat
 manifest as data and checks every kept row again, and a config is read bounded and checked
 against the workflow's schema. The fixtures are test_publish.py's."""
 
+# ruff: noqa: F811 - the fixtures of test_publish.py, imported, are the tests' arguments
 from __future__ import annotations
 
 import json
@@ -31,7 +32,8 @@ SECRET = "root:$6$SECRET-HASH-LINE:19000:0:99999:7:::"
 
 BILLION_LAUGHS = "\n".join(
     ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
-    + [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]" for a, b in zip("abcdefgh", "bcdefghi")]
+    + [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]"
+       for a, b in zip("abcdefgh", "bcdefghi", strict=True)]
 ) + "\n"
 
 
