@@ -38,6 +38,7 @@ from mnistbench.core.options import (
     positive_float,
     use_defaults_help,
 )
+from mnistbench.core.study import StudyError
 
 
 class CliError(Exception):
@@ -409,7 +410,7 @@ def _cmd_table(args) -> int:
                             fmt=args.format)
     except table.TableError as exc:
         raise CliError(str(exc)) from None
-    sys.stdout.write(text)
+    _write_stdout(text, "the table")
     return 0
 
 
@@ -742,8 +743,21 @@ def _add_completion(sub) -> None:
 def _cmd_completion(args) -> int:
     from mnistbench import completion
 
-    sys.stdout.write(completion.script(build_parser(), args.shell))
+    _write_stdout(completion.script(build_parser(), args.shell), "the completion script")
     return 0
+
+
+def _write_stdout(text: str, what: str) -> None:
+    """Write ``text`` to stdout and flush it; a full disk or a closed pipe (``> /dev/full``)
+    is a CliError naming the fix, not a traceback at exit."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # nothing more is written there
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise CliError(f"cannot write {what} to stdout: {exc.strerror or exc} (a full disk, "
+                       "or a closed pipe); redirect it to a file on a disk with room.") from None
 
 
 def _stderr(message: str) -> None:
@@ -776,6 +790,9 @@ def main(argv: list[str] | None = None) -> int:
         with _signals_as_errors(args.func in _CLEANS_UP):
             return args.func(args)
     except CliError as exc:
+        print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)
+        return 1
+    except StudyError as exc:  # a bad environment name ($MNISTBENCH_ENV), e.g.
         print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)
         return 1
     except Terminated as exc:
