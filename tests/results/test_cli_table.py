@@ -283,3 +283,15 @@ def test_csv_safe_follows_owasp():
     assert untrusted.csv_safe("@x") == "'@x" and untrusted.csv_safe("\tx") == "'\tx"
     assert untrusted.csv_safe("-1.5e3") == "-1.5e3" and untrusted.csv_safe("+2") == "+2"
     assert untrusted.csv_safe("-2+3") == "'-2+3" and untrusted.csv_safe("plain") == "plain"
+
+
+def test_a_one_megabyte_reason_is_read_not_refused(tmp_path, capsys):
+    """Weak case: a 1 MB reason field (a long traceback) made `table` refuse the file and say
+    to rerun aggregate, which could not help; the table reads fields up to 16 MiB."""
+    header = ",".join([*table.NEEDED, "cell", "reason"])
+    (tmp_path / "summary.csv").write_text(
+        f"{header}\nalpha,failed,sweep,cpu,fp32,resident,64,,,,c1,\"{'x' * (1 << 20)}\"\n"
+        f"alpha,ok,sweep,cpu,fp32,resident,64,1.5,100,98.5,c2,\n")
+    code, out, err = run_table(capsys, "--results", str(tmp_path))
+    assert code == 0, err
+    assert "| 1 (1 failed) |" in out, out
