@@ -448,3 +448,28 @@ def test_loads_strict_names_the_token_and_where():
     with pytest.raises(ValueError, match=r"x\[1\] is 1e999"):
         validate.loads_strict('{"x": [1, 1e999]}')
     assert validate.loads_strict('{"x": [1, 2.5e3]}') == {"x": [1, 2500.0]}
+
+
+def test_a_cell_file_that_is_a_symbolic_link_is_never_followed(runs, tmp_path):
+    """A summary.json linked to a file elsewhere (a secret, another cell) cannot be placed:
+    the aggregate refuses naming it; an epochs.csv linked elsewhere makes the cell invalid.
+    Neither link is followed, and nothing of its target is quoted."""
+    folder = folder_of(runs)
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET-LINE\n")
+    summary = folder / schema.SUMMARY_FILE
+    target = tmp_path / "summary.json"
+    summary.rename(target)
+    summary.symlink_to(target)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs, tmp_path / "out")
+    assert f"cannot read {summary}: a symbolic link, which is not followed" in str(info.value)
+    summary.unlink()
+    target.rename(summary)
+    epochs = folder / schema.EPOCHS_FILE
+    epochs.unlink()
+    epochs.symlink_to(secret)
+    cell = validate.read_cell(folder)
+    assert cell.table_status == "failed"
+    assert "cannot read epochs.csv: a symbolic link, which is not followed" in cell.why()
+    assert "SECRET" not in cell.why()
