@@ -35,8 +35,8 @@ def test_a_publish_error_of_the_checks_is_caught_as_publishs(tmp_path):
         publish.read_cells(tmp_path / "none")
 
 
-@pytest.mark.parametrize("name", ["publish.py", "publish_checks.py", "cli.py", "console.py",
-                                  "steps.py", "completion.py"])
+@pytest.mark.parametrize("name", ["publish.py", "publish_checks.py", "publish_kept.py", "cli.py",
+                                  "console.py", "steps.py", "completion.py"])
 def test_top_modules_stay_under_800_lines(name):
     lines = len((PKG / name).read_text(encoding="utf-8").splitlines())
     assert lines < 800, f"src/mnistbench/{name} has {lines} lines"

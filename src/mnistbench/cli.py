@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from mnistbench import __version__
+from mnistbench.core import untrusted
 from mnistbench.core.envvars import MIRROR_VAR
 from mnistbench.core.options import (
     TRAIN_DESCRIPTION,
@@ -410,7 +411,7 @@ def _cmd_table(args) -> int:
                             fmt=args.format)
     except table.TableError as exc:
         raise CliError(str(exc)) from None
-    _write_stdout(text, "the table")
+    untrusted.write_stdout(text, "the table")
     return 0
 
 
@@ -743,21 +744,8 @@ def _add_completion(sub) -> None:
 def _cmd_completion(args) -> int:
     from mnistbench import completion
 
-    _write_stdout(completion.script(build_parser(), args.shell), "the completion script")
+    untrusted.write_stdout(completion.script(build_parser(), args.shell), "the script")
     return 0
-
-
-def _write_stdout(text: str, what: str) -> None:
-    """Write ``text`` to stdout and flush it; a full disk or a closed pipe (``> /dev/full``)
-    is a CliError naming the fix, not a traceback at exit."""
-    try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except OSError as exc:
-        with contextlib.suppress(OSError):  # nothing more is written there
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise CliError(f"cannot write {what} to stdout: {exc.strerror or exc} (a full disk, "
-                       "or a closed pipe); redirect it to a file on a disk with room.") from None
 
 
 def _stderr(message: str) -> None:
@@ -789,10 +777,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _signals_as_errors(args.func in _CLEANS_UP):
             return args.func(args)
-    except CliError as exc:
-        print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)
-        return 1
-    except StudyError as exc:  # a bad environment name ($MNISTBENCH_ENV), e.g.
+    except (CliError, StudyError, untrusted.StdoutError) as exc:  # StudyError: $MNISTBENCH_ENV
         print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)
         return 1
     except Terminated as exc:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from mnistbench import __version__
 from mnistbench.core import provenance, schema, study, untrusted
-from mnistbench.results import validate
+from mnistbench.results import rows, validate
 
 REPORT_DIR = Path("report")
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -224,7 +224,7 @@ def read_cells(runs: Path) -> tuple[list[CellInfo], list[str]]:
                            "first (make study), or unpack another machine's results.")
     cells, incomplete = [], []
     try:
-        folders = validate.cell_folders(runs)
+        folders = rows.cell_folders(runs)
     except validate.CellError as exc:
         raise PublishError(str(exc)) from None
     for folder in folders:

@@ -379,7 +379,7 @@ IMPOSSIBLE_ROWS = {
     "an unknown tip": ("tip", "<img src=x>", 'tip is "<img src=x>", expected one of'),
     "a 1e300 GFLOP/s limit": ("limit_gflops", "1e300", 'limit_gflops is "1e300", expected a '
                               "finite number 0 to 1e+07"),
-    "an env that is no name": ("env", "../x", 'env is "../x", expected a plain name'),
+    "an empty env": ("env", "", 'env is "", expected the name of a folder'),
     "an unknown status": ("status", "great", 'status is "great", expected one of'),
 }
 

@@ -10,8 +10,9 @@ import argparse
 import math
 from pathlib import Path
 
-from mnistbench.core.cpuruntime import allocator_option
+from mnistbench.core.cpuruntime import ALLOCATORS, allocator_option
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
+from mnistbench.core.study import TIP_NAMES
 
 #: Implementations of the model and optimizer (``--implementation``): the blog's code as
 #: written, and this project's equivalent formulation.
@@ -28,6 +29,15 @@ CPU_MAX_BATCH_CAP = 1024
 #: up to them, and ``--batch-size`` up to the training samples a cell uses.
 MNIST_TRAIN_SAMPLES = 60_000
 MNIST_TEST_SAMPLES = 10_000
+#: Every enumerated setting of a cell and the values it may take, from their one home in
+#: core (devices, precisions and loaders: mnistbench.core.devices; allocators:
+#: mnistbench.core.cpuruntime; tips: mnistbench.core.study): what results are checked against
+#: (mnistbench.results.validate), so a cell recorded with a ``tpu`` device is refused.
+SETTING_CHOICES: dict[str, tuple[str, ...]] = {
+    "device": DEVICES, "precision": PRECISIONS, "loader": LOADERS,
+    "implementation": IMPLEMENTATIONS, "compile": COMPILE_MODES, "tip": TIP_NAMES,
+    "allocator": ALLOCATORS,
+}
 #: The widest network a cell may train (``--width``; the config's ``$defs.width`` maximum,
 #: workflow/schemas/config.schema.yaml): x16 is 256x the FLOPs of x1 already.
 MAX_WIDTH = 16

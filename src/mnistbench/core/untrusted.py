@@ -14,18 +14,24 @@ exported to. Standard library only (the workflow imports it while it plans a stu
   many times: the "billion laughs") whose expanded size passes :data:`MAX_NODES` values or
   whose depth passes :data:`MAX_DEPTH`, counting each shared object once per use without
   expanding it, so the refusal itself takes microseconds; a document that holds itself (a
-  YAML alias inside its own anchor) is refused too. :func:`check_text_size` caps a file
-  before it is parsed.
+  YAML alias inside its own anchor) is refused too. :func:`read_text_file` caps a file the
+  user names before it is parsed. :func:`loads_strict` parses strict JSON (every number
+  finite, the depth bounded); :func:`loads_lenient` keeps each non-JSON number (``NaN``,
+  ``1e999``) as a marker :func:`not_json` names.
 - **Inert text**: :func:`markdown_code` puts any text in a Markdown code span no backtick of
   it closes (HTML and Markdown in it stay text), :func:`markdown_cell` too with pipes escaped
   for a table cell, and :func:`csv_safe` neutralises a spreadsheet formula (a text field
   starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return gets a leading ``'``,
   as OWASP's CSV injection guidance says); a number stays a number.
+- **Standard output**: :func:`write_stdout` writes and flushes; a full disk (``> /dev/full``)
+  is a :class:`StdoutError` with the fix instead of a traceback at exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import math
 import os
 import re
@@ -255,12 +261,65 @@ def check_tree(data: object, *, max_nodes: int = MAX_NODES, max_depth: int = MAX
     size(data, 0, "(top level)")
 
 
-def check_text_size(text: str, path: Path | str, max_bytes: int = MAX_CONFIG_BYTES) -> None:
-    """Raise :class:`UnsafeFile` when ``text`` (read from ``path``) is longer than
-    ``max_bytes`` characters."""
-    if len(text) > max_bytes:
-        raise UnsafeFile(path, f"more than the {max_bytes} bytes such a file may hold",
-                         errno.EFBIG)
+# ---------------------------------------------------------------------------------------------
+# Strict JSON: every number finite, nesting bounded
+class NotJson:
+    """A token json.loads takes but JSON does not have (NaN, Infinity, -Infinity, or a
+    number too large for a float such as 1e999), kept to name it."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    def __repr__(self) -> str:
+        return self.token
+
+
+def _parse_float(text: str) -> float | NotJson:
+    value = float(text)
+    return value if math.isfinite(value) else NotJson(text)
+
+
+def loads_lenient(text: str) -> object:
+    """``text`` parsed as JSON, with each non-JSON number (NaN, Infinity, -Infinity, 1e999)
+    kept as a marker that :func:`not_json` finds, so the caller can name where it was."""
+    check_json_depth(text)  # a ValueError before json.loads would recurse too deep
+    return json.loads(text, parse_constant=NotJson, parse_float=_parse_float)
+
+
+def not_json(data: object, path: str = "") -> list[tuple[str, str]]:
+    """(dotted path, token) of every non-JSON number in what :func:`loads_lenient` gave."""
+    if isinstance(data, NotJson):
+        return [(path or "(the document)", data.token)]
+    found: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            found += not_json(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            found += not_json(value, f"{path}[{index}]")
+    return found
+
+
+def loads_strict(text: str) -> object:
+    """``text`` parsed as strict JSON: raises ValueError naming the first NaN, Infinity,
+    -Infinity or out-of-range number (1e999) and where it is (json.loads takes them)."""
+    data = loads_lenient(text)
+    bad = not_json(data)
+    if bad:
+        where, token = bad[0]
+        raise ValueError(f"{where} is {token}, which is not JSON (a JSON number is finite)")
+    return data
+
+
+def without_markers(data: object) -> object:
+    """What :func:`loads_lenient` gave, each non-JSON number replaced by None."""
+    if isinstance(data, NotJson):
+        return None
+    if isinstance(data, dict):
+        return {k: without_markers(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [without_markers(v) for v in data]
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,3 +365,29 @@ def csv_safe(value: object) -> str:
             return text
         return "'" + text
     return text
+
+
+# ---------------------------------------------------------------------------------------------
+# Standard output
+class StdoutError(OSError):
+    """Standard output cannot be written (a full disk, ``> /dev/full``, a closed pipe)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def write_stdout(text: str, what: str = "the output") -> None:
+    """Write ``text`` to stdout and flush it; :class:`StdoutError` naming ``what`` and the fix
+    when that fails, with stdout then pointed at /dev/null so that Python's flush at exit
+    does not fail again with a traceback."""
+    import sys
+
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise StdoutError(exc.errno or 0, f"cannot write {what} to stdout: "
+                          f"{exc.strerror or exc} (a full disk, or a closed pipe); redirect "
+                          "it to a file on a disk with room") from None

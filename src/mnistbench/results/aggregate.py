@@ -44,7 +44,7 @@ from pathlib import Path
 
 from mnistbench.core import atomic, schema
 from mnistbench.core.devices import device_label
-from mnistbench.results import validate
+from mnistbench.results import rows, validate
 
 #: Params repeated in front of every epochs.csv / resources.csv row (after the id columns).
 KEY_PARAMS = ("device", "precision", "loader", "batch_size", "repeat")
@@ -108,7 +108,7 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
     # Hidden folders (.snakemake, editor and sync droppings) and peak/ are not cells; no
     # symbolic link is followed.
     try:
-        cell_dirs = validate.cell_folders(runs)
+        cell_dirs = rows.cell_folders(runs)
     except validate.CellError as exc:
         raise AggregateError(str(exc)) from None
     summary_rows: list[dict] = []
@@ -389,9 +389,9 @@ def load_tables(results: Path) -> Tables:
         if name in (SUMMARY_CSV, EPOCHS_CSV):  # every row as a cell would give it, or refused
             records = frame.astype(object).where(frame.notna(), None).to_dict("records")
             try:
-                validate.check_rows("summary" if name == SUMMARY_CSV else "epochs", records,
+                rows.check_rows("summary" if name == SUMMARY_CSV else "epochs", records,
                                     path)
-            except validate.TableRowError as exc:
+            except rows.TableRowError as exc:
                 raise AggregateError(str(exc)) from None
         for column in frame.columns:
             if column not in TEXT_COLUMNS:

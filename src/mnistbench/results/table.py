@@ -10,13 +10,13 @@ every environment of the table follows the other (an ``env`` column); with envir
 named (:func:`build` ``envs``) those stand side by side, in that order, and two of them get
 the speed-up of the second over the first (the ratio of their median epoch times).
 
-Every row is checked as a cell would give it (:func:`mnistbench.results.validate.check_rows`:
+Every row is checked as a cell would give it (:func:`mnistbench.results.rows.check_rows`:
 names, enumerated settings, physical ranges) before it is shown; every free-text field is
 inert in both formats (:mod:`mnistbench.core.untrusted`: a Markdown code span, a CSV field
 that no spreadsheet runs as a formula).
 
 Import rule: the standard library, :mod:`mnistbench.core` and the standard-library-only
-:mod:`mnistbench.results.validate` (no pandas, no torch), so it runs anywhere a
+:mod:`mnistbench.results.rows` (no pandas, no torch), so it runs anywhere a
 ``summary.csv`` is, fast.
 """
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from mnistbench.core import study, untrusted
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 from mnistbench.core.figures import seconds
-from mnistbench.results import validate
+from mnistbench.results.rows import MAX_CSV_FIELD, TableRowError, check_rows, csv_fields_up_to
 
 SUMMARY_CSV = "summary.csv"
 #: What tells the rows apart: the settings of a cell but its environment and repeat.
@@ -104,7 +104,7 @@ def read_summary(results: Path) -> list[dict[str, str]]:
             "first, or pass --results with the folder that holds the aggregated tables "
             "(report/data for the published study).")
     try:
-        with validate.csv_fields_up_to(), path.open(encoding="utf-8", newline="") as handle:
+        with csv_fields_up_to(), path.open(encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
             columns = reader.fieldnames or []
@@ -113,7 +113,7 @@ def read_summary(results: Path) -> list[dict[str, str]]:
                          "summary.csv is readable UTF-8 (the aggregate writes one).") from None
     except csv.Error as exc:
         raise TableError(f"cannot read {path}: {exc} (a field longer than "
-                         f"{validate.MAX_CSV_FIELD} characters, or a damaged quote). The table "
+                         f"{MAX_CSV_FIELD} characters, or a damaged quote). The table "
                          "was edited or damaged: run `mnistbench aggregate RUNS --out-dir "
                          f"{results}` again.") from None
     missing = [c for c in NEEDED if c not in columns]
@@ -127,8 +127,8 @@ def read_summary(results: Path) -> list[dict[str, str]]:
                              "header: the table was edited or cut short. Rerun `mnistbench "
                              "aggregate`.")
     try:
-        validate.check_rows("summary", rows, path)
-    except validate.TableRowError as exc:
+        check_rows("summary", rows, path)
+    except TableRowError as exc:
         raise TableError(str(exc)) from None
     return rows
 

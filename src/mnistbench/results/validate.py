@@ -47,13 +47,12 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mnistbench.core import cpuruntime, devices, options, schema, study, untrusted
+from mnistbench.core import options, schema, untrusted
 
 #: The MNIST splits' sizes (the training and test samples a cell can use at most).
 TRAIN_SAMPLES = options.MNIST_TRAIN_SAMPLES
@@ -195,31 +194,20 @@ SPECS: dict[str, dict[str, Spec]] = {
               for name, (unit, _) in fields.items()}
     for section, fields in _TABLES.items()}
 
-#: The enumerated fields of a cell (params) and of the tables, each with the values it may
-#: hold, every list defined once in mnistbench.core: a value outside is a cell that cannot
-#: have run (a ``tpu`` device, an ``fp64`` precision, a loader ``<b>warp</b>``). ``compile``
-#: is empty (or false, in older cells) for eager; ``tip`` empty outside the tips experiment.
+#: The enumerated settings of a cell and their values, each list defined once in core
+#: (:data:`mnistbench.core.options.SETTING_CHOICES`); empty, false or null where unset.
 ENUMS: dict[str, tuple[object, ...]] = {
-    "device": devices.DEVICES,
-    "precision": devices.PRECISIONS,
-    "loader": devices.LOADERS,
-    "implementation": options.IMPLEMENTATIONS,
-    "compile": ("", False, None, *options.COMPILE_MODES),
-    "tip": ("", None, *study.TIP_NAMES),
-    "allocator": (None, *cpuruntime.ALLOCATORS),
-}
+    name: (*values, *(() if name in ("device", "precision", "loader") else ("", False, None)))
+    for name, values in options.SETTING_CHOICES.items()}
 #: The same as CSV text (False and None as the aggregate writes them).
-_ENUM_TEXT: dict[str, frozenset[str]] = {
-    name: frozenset("" if v is None else str(v) for v in values)
-    for name, values in ENUMS.items()}
+ENUM_TEXT = {name: frozenset("" if v is None else str(v) for v in values)
+             for name, values in ENUMS.items()}
 #: The highest measured limit believed, in GFLOP/s: 10 PFLOP/s, above any single device's
 #: datasheet peak at any precision this study runs (an H200's dense fp16 is about 1 PFLOP/s).
 #: No datasheet table is kept here, so this one bound holds for every device.
 MAX_GFLOPS = 1e7
 #: A limit or a training rate above this many GFLOP/s cannot be true (a 1e300 record).
-_GFLOPS = Spec("number", 0, MAX_GFLOPS)
-#: Columns of the aggregated tables that identify a cell: plain names (study.safe_name).
-NAME_COLUMNS = schema.ID_COLUMNS
+GFLOPS = Spec("number", 0, MAX_GFLOPS)
 
 
 def enum_problem(field: str, value: object) -> str | None:
@@ -228,10 +216,10 @@ def enum_problem(field: str, value: object) -> str | None:
     if allowed is None or value in allowed:
         return None
     shown = ", ".join(repr(v) for v in allowed if v not in ("", None, False))
-    return f"{field} is {_show(value)}, expected one of {shown}"
+    return f"{field} is {show(value)}, expected one of {shown}"
 
 
-SPECS["results"]["achieved_gflops"] = _GFLOPS
+SPECS["results"]["achieved_gflops"] = GFLOPS
 
 #: Fields an ok cell must have a value in (the figures its epochs give).
 OK_REQUIRED = {
@@ -253,53 +241,9 @@ _FLOAT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 # ---------------------------------------------------------------------------------------------
-# Strict JSON
-class _NotJson:
-    """A token json.loads takes but JSON does not have (NaN, Infinity, -Infinity, or a
-    number too large for a float such as 1e999), kept to name it."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-
-    def __repr__(self) -> str:
-        return self.token
-
-
-def _parse_float(text: str) -> float | _NotJson:
-    value = float(text)
-    return value if math.isfinite(value) else _NotJson(text)
-
-
-def loads_lenient(text: str) -> object:
-    """``text`` parsed as JSON, with each non-JSON number (NaN, Infinity, -Infinity, 1e999)
-    kept as a marker that :func:`not_json` finds, so the caller can name where it was."""
-    untrusted.check_json_depth(text)  # a ValueError before json.loads would recurse too deep
-    return json.loads(text, parse_constant=_NotJson, parse_float=_parse_float)
-
-
-def not_json(data: object, path: str = "") -> list[tuple[str, str]]:
-    """(dotted path, token) of every non-JSON number in what :func:`loads_lenient` gave."""
-    if isinstance(data, _NotJson):
-        return [(path or "(the document)", data.token)]
-    found: list[tuple[str, str]] = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            found += not_json(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            found += not_json(value, f"{path}[{index}]")
-    return found
-
-
-def loads_strict(text: str) -> object:
-    """``text`` parsed as strict JSON: raises ValueError naming the first NaN, Infinity,
-    -Infinity or out-of-range number (1e999) and where it is (json.loads takes them)."""
-    data = loads_lenient(text)
-    bad = not_json(data)
-    if bad:
-        where, token = bad[0]
-        raise ValueError(f"{where} is {token}, which is not JSON (a JSON number is finite)")
-    return data
+# Strict JSON (mnistbench.core.untrusted: bounded, every non-JSON number named)
+loads_lenient, not_json, loads_strict = (untrusted.loads_lenient, untrusted.not_json,
+                                         untrusted.loads_strict)
 
 
 #: The largest summary.json, measured limit or manifest read (a cell's summary is about 8 KiB).
@@ -396,7 +340,7 @@ def read_cell(folder: Path) -> Cell:
     problems = [f"{schema.SUMMARY_FILE} {where} is {token}, which is not JSON (a JSON number "
                 "is finite)" for where, token in not_json(data)]
     bad = {tuple(where.split(".", 1)) for where, _ in not_json(data) if "." in where}
-    data = _without_markers(data)
+    data = untrusted.without_markers(data)
     version = _check_structure(path, data)
     cell = Cell(folder=folder, key=(folder.parent.parent.name, folder.parent.name, folder.name),
                 status=data["status"], reason="" if data["reason"] is None else str(data["reason"]),
@@ -406,16 +350,6 @@ def read_cell(folder: Path) -> Cell:
     read = {table: _read_rows(cell, table) for table in _CSV_FILES}
     _check_agreement(cell, epochs_read=read["epochs"])
     return cell
-
-
-def _without_markers(data: object) -> object:
-    if isinstance(data, _NotJson):
-        return None
-    if isinstance(data, dict):
-        return {k: _without_markers(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_without_markers(v) for v in data]
-    return data
 
 
 def _check_structure(path: Path, data: dict) -> int:
@@ -491,7 +425,7 @@ def _check_values(cell: Cell) -> None:
                 continue
             if not spec.accepts(value):
                 cell.bad_fields.add((name, key))
-                cell.problems.append(f"{schema.SUMMARY_FILE} {name}.{key} is {_show(value)}, "
+                cell.problems.append(f"{schema.SUMMARY_FILE} {name}.{key} is {show(value)}, "
                                      f"expected {spec.expected()}")
     for key in ENUMS:
         value = cell.sections["params"].get(key)
@@ -512,7 +446,7 @@ def _check_values(cell: Cell) -> None:
                                          "an ok cell has one")
 
 
-def _show(value: object) -> str:
+def show(value: object) -> str:
     text = json.dumps(value, allow_nan=True, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -740,35 +674,35 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
                   f"{', '.join(unknown) or '-'}; expected {', '.join(fields)}")
     status = data["status"]
     if status not in schema.PEAK_STATUSES:
-        raise bad(f"status is {_show(status)}, expected one of "
+        raise bad(f"status is {show(status)}, expected one of "
                   f"{', '.join(schema.PEAK_STATUSES)}")
     ok = status == "ok"
     recorded = data["device"]
     if recorded not in DEVICES:
-        raise bad(f"device is {_show(recorded)}, expected one of {', '.join(DEVICES)}")
+        raise bad(f"device is {show(recorded)}, expected one of {', '.join(DEVICES)}")
     if device is not None and recorded != device:
         raise bad(f"device is {recorded!r}, but the file's name says {device!r} (a device's "
                   f"limit lives in {schema.PEAK_DIR}/{schema.peak_file(recorded)})")
     for key in ("reason", "source"):
         if not isinstance(data[key], str):
-            raise bad(f"{key} is {_show(data[key])}, expected a string")
+            raise bad(f"{key} is {show(data[key])}, expected a string")
     if ok and data["reason"]:
-        raise bad(f"status is ok but reason is {_show(data['reason'])}, expected empty")
+        raise bad(f"status is ok but reason is {show(data['reason'])}, expected empty")
     if not ok and not data["reason"].strip():
         raise bad(f"status is {status} but reason is empty; a limit not measured says why")
     if ok and not data["source"].startswith("measured"):
-        raise bad(f"status is ok but source is {_show(data['source'])}: a limit is measured "
+        raise bad(f"status is ok but source is {show(data['source'])}: a limit is measured "
                   "here (source 'measured: ...'), never taken from a datasheet")
     threads, version = data["threads"], data["torch"]
     if not (_is_count(threads, 1) or (threads is None and not ok)):
-        raise bad(f"threads is {_show(threads)}, expected a whole number 1 or more"
+        raise bad(f"threads is {show(threads)}, expected a whole number 1 or more"
                   + ("" if ok else " or null"))
     if not ((isinstance(version, str) and version.strip()) or (version is None and not ok)):
-        raise bad(f"torch is {_show(version)}, expected the PyTorch version"
+        raise bad(f"torch is {show(version)}, expected the PyTorch version"
                   + ("" if ok else " or null"))
     rows = data["rows"]
     if not isinstance(rows, list):
-        raise bad(f"rows is {_show(rows)}, expected a list")
+        raise bad(f"rows is {show(rows)}, expected a list")
     if ok and not rows:
         raise bad("status is ok but rows is empty")
     if not ok and rows:
@@ -782,21 +716,21 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
                       f"{', '.join(schema.PEAK_ROW_FIELDS)}")
         for key in ("kernel", "shape"):
             if not isinstance(row[key], str) or not row[key].strip():
-                raise bad(f"{where}.{key} is {_show(row[key])}, expected a non-empty string")
+                raise bad(f"{where}.{key} is {show(row[key])}, expected a non-empty string")
         precision = row["precision"]
         if not isinstance(precision, str) or not is_supported(recorded, precision):
-            raise bad(f"{where}.precision is {_show(precision)}, expected a precision "
+            raise bad(f"{where}.precision is {show(precision)}, expected a precision "
                       f"{recorded} runs")
         for key in ("gflops", "seconds"):
             if not _is_positive(row[key]):
-                raise bad(f"{where}.{key} is {_show(row[key])}, expected a finite number "
+                raise bad(f"{where}.{key} is {show(row[key])}, expected a finite number "
                           "above 0")
         if row["gflops"] > MAX_GFLOPS:
-            raise bad(f"{where}.gflops is {_show(row['gflops'])}, above {MAX_GFLOPS:g} "
+            raise bad(f"{where}.gflops is {show(row['gflops'])}, above {MAX_GFLOPS:g} "
                       "GFLOP/s (10 PFLOP/s, more than any device's datasheet peak): no "
                       "device measures that")
         if not _is_count(row["calls"], 1):
-            raise bad(f"{where}.calls is {_show(row['calls'])}, expected a whole number 1 or "
+            raise bad(f"{where}.calls is {show(row['calls'])}, expected a whole number 1 or "
                       "more")
         if (row["kernel"], precision) in seen:
             raise bad(f"{where} times {row['kernel']} at {precision} again (each kernel once "
@@ -845,149 +779,3 @@ def read_peaks(runs: Path) -> dict[tuple[str, str], Peak]:
         for device, path in peak_files(env_folder):
             peaks[(env_folder.name, device)] = read_peak(path, device)
     return peaks
-
-
-# ---------------------------------------------------------------------------------------------
-# Rows of the aggregated tables: summary.csv and epochs.csv, wherever they come from
-#: The largest CSV field read (a cell's reason may be long: a traceback's last lines).
-MAX_CSV_FIELD = 16 * 1024 * 1024
-#: How to replace an aggregated table that holds a row no cell can give.
-TABLE_FIX = ("the table was edited or damaged (the aggregate writes only checked values): "
-             "run `mnistbench aggregate RUNS --out-dir FOLDER` again, or for a publication "
-             "publish again")
-
-
-@contextmanager
-def csv_fields_up_to(limit: int = MAX_CSV_FIELD):
-    """Let the csv module read fields of up to ``limit`` characters (its default, 128 KiB,
-    refuses a long reason), restoring the old limit afterwards."""
-    old = csv.field_size_limit(limit)
-    try:
-        yield
-    finally:
-        csv.field_size_limit(old)
-
-
-def _summary_specs() -> dict[str, Spec]:
-    specs: dict[str, Spec] = {}
-    for section in ("params", "results", "timing", "env"):
-        for name, spec in SPECS[section].items():
-            specs.setdefault(name, spec)
-    specs["limit_gflops"] = _GFLOPS
-    specs["limit_share_pct"] = Spec("number", 0)  # may pass 100 (schema.LIMIT_FIELDS)
-    return specs
-
-
-#: What each column of summary.csv and of epochs.csv may hold.
-TABLE_SPECS: dict[str, dict[str, Spec]] = {
-    "summary": _summary_specs(),
-    "epochs": {**{k: SPECS["params"][k] for k in SPECS["params"]}, **SPECS["epochs"]},
-}
-#: The enumerated columns a row must name (a cell's series); the others may be empty.
-_IDENTITY = ("device", "precision", "loader")
-
-
-def _text_value(spec: Spec, text: str) -> object:
-    """The value a CSV text spells for ``spec`` (a marker the spec refuses where none)."""
-    if spec.kind in ("int", "number"):
-        value = parse_csv_number(text, spec.kind)
-        return _NotJson(text) if value is None else value
-    if spec.kind == "flag":
-        return {"True": True, "False": False, "true": True, "false": False}.get(text, text)
-    return text
-
-
-def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
-    """Why a row of the aggregated ``table`` (``summary`` or ``epochs``, values as CSV text)
-    cannot come from a cell: an identity that is not a plain name, a status, device,
-    precision, loader, implementation, compile mode, tip or allocator outside its list in
-    :mod:`mnistbench.core`, or a number outside its physical range (:data:`TABLE_SPECS`:
-    accuracies 0 to 100 %, times, rates and counts 0 or more, a limit up to
-    :data:`MAX_GFLOPS`). Empty: the row is sound."""
-    problems = []
-    for column in schema.ID_COLUMNS:
-        value = str(row.get(column) or "")
-        if not value or study.safe_name(value, default="") != value:
-            problems.append(f"{column} is {_show(value)}, expected a plain name "
-                            "(A-Z a-z 0-9 . _ -)")
-    if table == "summary" and str(row.get("status") or "") not in schema.STATUSES:
-        problems.append(f"status is {_show(row.get('status'))}, expected one of "
-                        f"{', '.join(schema.STATUSES)}")
-    for column in ENUMS:
-        if column not in row:
-            continue
-        text = "" if row[column] is None else str(row[column])
-        if text in _ENUM_TEXT[column] and (text or column not in _IDENTITY):
-            continue
-        problems.append(f"{column} is empty, but every cell has one (it names the cell's "
-                        "series in every table and chart)" if not text
-                        else enum_problem(column, text))
-    specs = TABLE_SPECS[table]
-    for column, raw in row.items():
-        spec = specs.get(column)
-        if spec is None or spec.kind == "text" or column in ENUMS:
-            continue
-        text = "" if raw is None else str(raw).strip()
-        if text and not spec.accepts(_text_value(spec, text)):
-            problems.append(f"{column} is {_show(text)}, expected {spec.expected()}")
-    return problems
-
-
-def check_rows(table: str, rows: Iterable[Mapping[str, object]], path: object,
-               first_line: int = 2) -> None:
-    """Raise :class:`TableRowError` for the first row of ``rows`` (read from ``path``, the
-    first on line ``first_line``) that :func:`row_problems` finds unsound, naming the file,
-    the line, the cell, what is wrong and the fix."""
-    for line, row in enumerate(rows, start=first_line):
-        problems = row_problems(table, row)
-        if problems:
-            cell = "/".join(str(row.get(k) or "?") for k in schema.ID_COLUMNS)
-            shown = "; ".join(problems[:SHOWN_PROBLEMS])
-            more = len(problems) - SHOWN_PROBLEMS
-            raise TableRowError(
-                f"{path} line {line} (cell {_show(cell)[1:-1]}): {shown}"
-                + (f"; and {more} more" if more > 0 else "")
-                + f". No cell can give that row: {TABLE_FIX}.")
-
-
-class TableRowError(ValueError):
-    """A row of an aggregated table that no cell can give; one paragraph naming the file,
-    the line, the cell, the field and the fix."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Walking a runs folder
-def cell_folders(runs: Path) -> list[Path]:
-    """Every cell folder under ``runs`` (``runs/ENV/EXPERIMENT/CELL``), sorted: hidden names
-    (.snakemake, editor and sync droppings) and an environment's measured limits
-    (``peak/``) are not cells, and no symbolic link is followed. Raises :class:`CellError`
-    naming a folder on the way that is a symbolic link (a reader of ``runs`` reads only what
-    lies in it) and the fix."""
-    runs = Path(runs)
-    found: list[Path] = []
-
-    def folders(parent: Path) -> list[Path]:
-        out = []
-        with os.scandir(parent) as entries:
-            for entry in entries:
-                if entry.name.startswith("."):
-                    continue
-                if entry.is_symlink():
-                    target = os.readlink(entry.path)
-                    if os.path.isdir(entry.path):
-                        raise CellError(
-                            f"{entry.path} is a symbolic link (to {target}), which a reader of "
-                            f"{runs} does not follow: results are read only where they lie. "
-                            f"Move the folder it points to into its place (mv), or remove "
-                            "the link.")
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    out.append(Path(entry.path))
-        return out
-
-    for env in folders(runs):
-        for experiment in folders(env):
-            if experiment.name == schema.PEAK_DIR:
-                continue
-            found += folders(experiment)
-    return sorted(found)
