@@ -115,9 +115,9 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     kept_summary = [r for r in summary if r["env"] in envs]
     kept_epochs = [r for r in epochs[1:] if r[0] in envs]
     try:
-        for line, row in enumerate(summary, start=2):  # named by their lines in the file
-            if row["env"] in envs:
-                rows.check_rows("summary", [row], data / aggregate.SUMMARY_CSV, line)
+        for line, entry in enumerate(summary, start=2):  # named by their lines in the file
+            if entry["env"] in envs:
+                rows.check_rows("summary", [entry], data / aggregate.SUMMARY_CSV, line)
         for line, record in enumerate(epochs[1:], start=2):
             if record[0] in envs:
                 rows.check_rows("epochs", [dict(zip(epochs[0], record, strict=True))],
@@ -126,7 +126,7 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
         raise PublishError(f"--keep-published: {exc} Kept rows are checked at every "
                            "publish: publish without --keep-published (or measure that "
                            "environment again).") from None
-    checks = old.get("checks") if isinstance(old.get("checks"), dict) else {}
+    checks: dict = old["checks"] if isinstance(old.get("checks"), dict) else {}
     versions = {e.get("env"): e.get("schema_versions") or []
                 for e in old.get("environments") or [] if isinstance(e, dict)}
     entries = []
@@ -142,7 +142,8 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
                         "checks": {**mine, "waived": [_text(w) for w in
                                                       _list(checks.get("waived"))],
                                    "reason": _text(checks.get("reason"))}})
-    configs = old.get("env_configfiles") if isinstance(old.get("env_configfiles"), dict) else {}
+    configs: dict = (old["env_configfiles"] if isinstance(old.get("env_configfiles"), dict)
+                     else {})
     command = _text(old.get("command"))
     env_configfiles, env_configs = {}, {}
     for env in envs:

@@ -54,8 +54,8 @@ class UnsafeFile(OSError):
     missing or unreadable. ``why`` says which in a few words (``a symbolic link, ...``, ``not
     a regular file but a FIFO``); ``str()`` is ``PATH: why``, never the file's content."""
 
-    def __init__(self, path: Path | str, why: str, code: int = errno.EINVAL) -> None:
-        super().__init__(code, why, str(path))
+    def __init__(self, path: Path | str, why: str, code: int | None = errno.EINVAL) -> None:
+        super().__init__(code or errno.EINVAL, why, str(path))
         self.path, self.why = str(path), why
 
     def __str__(self) -> str:

@@ -97,10 +97,9 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
         text = "" if row[column] is None else str(row[column])
         if text in validate.ENUM_TEXT[column] and (text or column not in _IDENTITY):
             continue
-        problems.append(f"{column} is empty: the table has no {column} for the cell, which "
-                        "every cell has (it names its series in every table and chart)"
-                        if not text
-                        else validate.enum_problem(column, text))
+        problems.append(validate.enum_problem(column, text) or "" if text else
+                        f"{column} is empty: the table has no {column} for the cell, which "
+                        "every cell has (it names its series in every table and chart)")
     specs = TABLE_SPECS[table]
     for column, raw in row.items():
         spec = specs.get(column)
