@@ -137,3 +137,45 @@ def test_an_unknown_shell_is_a_usage_error(capsys):
         cli.main(["completion", "fish"])
     assert info.value.code == 2
     assert "invalid choice: 'fish'" in capsys.readouterr().err
+
+
+def test_bash_completes_a_file_name_with_spaces_as_one_candidate(tmp_path, capsys):
+    """Weak case: a file name with spaces was split into words; it is one candidate now."""
+    if BASH is None:
+        pytest.skip("no bash here")
+    source = tmp_path / "mnistbench.bash"
+    source.write_text(script("bash", capsys))
+    (tmp_path / "my archive 1.tar.gz").write_text("")
+    (tmp_path / "my archive 2.tar.gz").write_text("")
+    drive = (f"source {source}\nCOMP_WORDS=(mnistbench unpack my); COMP_CWORD=2\n"
+             "_mnistbench\nprintf '%s\\n' \"${#COMPREPLY[@]}\" \"${COMPREPLY[@]}\"\n")
+    proc = subprocess.run([BASH, "--norc", "-c", drive], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60, check=True)
+    count, *names = proc.stdout.splitlines()
+    assert count == "2" and sorted(names) == ["my archive 1.tar.gz", "my archive 2.tar.gz"]
+
+
+@pytest.mark.parametrize("argv", [["completion", "bash"], ["table", "--results", "."]])
+def test_writing_to_dev_full_is_one_line_not_a_traceback(tmp_path, argv):
+    """Weak case: `mnistbench completion bash > /dev/full` and `mnistbench table > /dev/full`
+    ended in a traceback; now exit 1 with one line naming the fix."""
+    import sys
+    from pathlib import Path
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    if argv[0] == "table":
+        from mnistbench.results import aggregate
+        from tests.fakes import make_study
+
+        make_study(tmp_path / "runs", gpu=False, devices=("cpu",), precisions=("fp32",),
+                   batch_sizes=(64,), repeats=1, convergence_epochs=1)
+        aggregate.aggregate(tmp_path / "runs", tmp_path)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "mnistbench.cli", *argv], stdout=full,
+                              stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=120,
+                              check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr
+    assert "cannot write" in proc.stderr and "No space left on device" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -71,7 +71,10 @@ def test_changelog_citation_and_catalog_name_what_holds():
 #: banners beats a split made to meet a number (issue 40), but length should be a choice.
 LONG_LINES = 800
 #: File (relative to the project) -> why it is longer than LONG_LINES.
-LONG_FILES: dict[str, str] = {}
+LONG_FILES: dict[str, str] = {
+    "src/mnistbench/cli.py": "every subcommand's parser and command in one file until issue 40 "
+                             "makes cli/ a package with one module per subcommand group",
+}
 
 
 def code_files() -> list[Path]:

@@ -29,6 +29,7 @@ import threading
 from pathlib import Path
 
 from mnistbench import __version__
+from mnistbench.core import untrusted
 from mnistbench.core.envvars import MIRROR_VAR
 from mnistbench.core.options import (
     TRAIN_DESCRIPTION,
@@ -38,6 +39,7 @@ from mnistbench.core.options import (
     positive_float,
     use_defaults_help,
 )
+from mnistbench.core.study import StudyError
 from mnistbench.launch import estimate  # `mnistbench estimate`: its parser and command
 
 
@@ -410,7 +412,7 @@ def _cmd_table(args) -> int:
                             fmt=args.format)
     except table.TableError as exc:
         raise CliError(str(exc)) from None
-    sys.stdout.write(text)
+    untrusted.write_stdout(text, "the table")
     return 0
 
 
@@ -743,7 +745,7 @@ def _add_completion(sub) -> None:
 def _cmd_completion(args) -> int:
     from mnistbench import completion
 
-    sys.stdout.write(completion.script(build_parser(), args.shell))
+    untrusted.write_stdout(completion.script(build_parser(), args.shell), "the script")
     return 0
 
 
@@ -777,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with _signals_as_errors(args.func in _CLEANS_UP):
             return args.func(args)
-    except CliError as exc:
+    except (CliError, StudyError, untrusted.StdoutError) as exc:  # StudyError: $MNISTBENCH_ENV
         print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)
         return 1
     except Terminated as exc:

@@ -121,7 +121,8 @@ def bash(parser: argparse.ArgumentParser) -> str:
     # Complete "$2" (the word under the cursor) as a value of kind "$1".
     case "$1" in
         choices:*) COMPREPLY=($(compgen -W "${{1#choices:}}" -- "$2")) ;;
-        file) compopt -o filenames 2>/dev/null; COMPREPLY=($(compgen -f -- "$2")) ;;
+        # one candidate per line (a file name may hold spaces), quoted by -o filenames
+        file) compopt -o filenames 2>/dev/null; mapfile -t COMPREPLY < <(compgen -f -- "$2") ;;
         *) COMPREPLY=() ;;
     esac
 }}

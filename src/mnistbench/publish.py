@@ -41,10 +41,10 @@ is reproducible from its own data.
 from __future__ import annotations
 
 import contextlib
-import csv
 import dataclasses
 import difflib
-import json
+import errno
+import hashlib
 import os
 import re
 import shlex
@@ -58,7 +58,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from mnistbench import __version__
-from mnistbench.core import atomic, schema
+from mnistbench.core import atomic, schema, untrusted
 
 # The checks live in mnistbench.publish_checks; all their names stay importable from here.
 from mnistbench.publish_checks import (  # noqa: F401 - re-exported
@@ -77,13 +77,20 @@ from mnistbench.publish_checks import (  # noqa: F401 - re-exported
     read_cells,
     stale_reasons,
 )
+from mnistbench.publish_kept import (  # noqa: F401 - re-exported
+    DATA_DIR,
+    MANIFEST,
+    MAX_PUBLISHED_BYTES,
+    Kept,
+    kept_environments,
+    summary_rows,
+    table_rows,
+)
 from mnistbench.results import aggregate, archive, validate
 
 #: ``format`` of the manifest, and its version.
 FORMAT = "mnistbench-publication"
 PUBLICATION_VERSION = 1
-DATA_DIR = "data"
-MANIFEST = "manifest.json"
 INDEX = "index.html"
 README = "README.md"
 COST_MODEL = "cost_model.json"
@@ -147,11 +154,10 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
     kept = kept_environments(report, present) if keep_published else None
     all_env_configfiles = dict(env_configfiles)
     all_env_configs = dict(env_configs)  # those of kept environments too: for the command
-    if kept is not None:
+    if kept is not None:  # recorded as published: their config files are never read
         for env, paths in kept.env_configfiles.items():
             all_env_configfiles[env] = [Path(p) for p in paths]
-            all_env_configs[env] = load_config([*configfiles, *all_env_configfiles[env]],
-                                               config_schema)
+            all_env_configs[env] = kept.env_configs.get(env, {})
         if log is not None:
             log(f"keeping {', '.join(kept.envs) or 'no environment'} as published")
     try:
@@ -230,90 +236,6 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
         raise
     shutil.rmtree(stage, ignore_errors=True)
     return Publication(report=report, manifest=manifest, problems=problems)
-
-
-@dataclass
-class Kept:
-    """The environments of a publication that the next one keeps as published: their rows of
-    the three tables, their manifest entries and the config files they were checked with."""
-
-    envs: list[str]
-    summary: list[dict]
-    epochs: list[list[str]]
-    resources: list[list[str]]
-    manifest: list[dict]
-    env_configfiles: dict[str, list[str]]
-
-    def merge_into(self, data: Path) -> None:
-        """Add the kept rows to the tables just aggregated into ``data``, in the order the
-        aggregate writes cells (by environment, experiment, cell)."""
-        key = len(schema.ID_COLUMNS)
-        summary = _summary_rows(data / aggregate.SUMMARY_CSV) + self.summary
-        summary.sort(key=lambda r: tuple(r[c] for c in schema.ID_COLUMNS))
-        atomic.write_csv(data / aggregate.SUMMARY_CSV, schema.summary_columns(), summary)
-        for name, rows in ((aggregate.EPOCHS_CSV, self.epochs),
-                           (aggregate.RESOURCES_CSV, self.resources)):
-            header, *mine = _table_rows(data / name)
-            merged = sorted(mine + rows, key=lambda r: r[:key])  # stable: epochs in order
-            aggregate.write_rows(data / name, header, merged)
-
-
-def kept_environments(report: Path, present: Sequence[str]) -> Kept:
-    """What ``publish --keep-published`` keeps of ``report``'s publication: every environment
-    of its tables that ``present`` (the environments under results/runs) does not name, as
-    published. Their cells cannot be checked again (their summary.json files are not here):
-    the manifest keeps what their publication's checks found, with its date and revision.
-    Raises :class:`PublishError` when there is no readable publication, or when its tables
-    have other columns than this mnistbench writes (measure those environments again)."""
-    data = report / DATA_DIR
-    try:
-        old = json.loads((data / MANIFEST).read_text(encoding="utf-8"))
-        if not isinstance(old, dict):
-            raise ValueError(f"{data / MANIFEST} is not a JSON object")
-        with (data / aggregate.SUMMARY_CSV).open(encoding="utf-8", newline="") as handle:
-            reader = csv.DictReader(handle)
-            summary, header = list(reader), reader.fieldnames or []
-        epochs = _table_rows(data / aggregate.EPOCHS_CSV)
-        resources = _table_rows(data / aggregate.RESOURCES_CSV)
-    except (OSError, ValueError) as exc:
-        raise PublishError(f"--keep-published: the publication in {report} cannot be read "
-                           f"({exc}); publish without --keep-published.") from None
-    # An empty table has no header: other columns too.
-    wanted = [("summary.csv", header, list(schema.summary_columns())),
-              ("epochs.csv", (epochs or [[]])[0], aggregate.epoch_columns()),
-              ("resources.csv", (resources or [[]])[0], aggregate.resource_columns())]
-    for name, has, writes in wanted:
-        if list(has) != list(writes):
-            raise PublishError(
-                f"--keep-published: {data / name} has other columns than this mnistbench "
-                f"writes (schema {schema.SCHEMA_VERSION}): its environments cannot be kept as "
-                "they are. Measure them again, or publish without --keep-published.")
-    envs = sorted({row["env"] for row in summary} - set(present))
-    checks = old.get("checks") or {}
-    versions = {e.get("env"): e.get("schema_versions") or []
-                for e in old.get("environments") or [] if isinstance(e, dict)}
-    entries = []
-    for env in envs:
-        mine = {kind: [p for p in checks.get(kind) or []
-                       if str(p.get("cell", "")).startswith(f"{env}/")]
-                for kind in ("missing", "failed", "stale")}
-        entries.append({"env": env, "published_at": old.get("published_at", ""),
-                        "git_revision": old.get("git_revision", ""),
-                        "cells": sum(row["env"] == env for row in summary),
-                        "schema_versions": list(versions.get(env, [])),
-                        "checks": {**mine, "waived": checks.get("waived") or [],
-                                   "reason": checks.get("reason") or ""}})
-    configs = old.get("env_configfiles") or {}
-    return Kept(envs=envs, summary=[r for r in summary if r["env"] in envs],
-                epochs=[r for r in epochs[1:] if r[0] in envs],
-                resources=[r for r in resources[1:] if r[0] in envs], manifest=entries,
-                env_configfiles={env: list(configs[env]) for env in envs if env in configs})
-
-
-def _table_rows(path: Path) -> list[list[str]]:
-    """Every row of a CSV table, its header first."""
-    with path.open(encoding="utf-8", newline="") as handle:
-        return list(csv.reader(handle))
 
 
 #: Name start of publish's staging folder in ``report/``; a killed run's is removed by the
@@ -508,7 +430,7 @@ def _checksums(data: Path, stage: Path) -> dict[str, dict]:
 def _manifest(data: Path, cells: Sequence[CellInfo], problems, how: str,
               waived: list[str], reason: str, configfiles, env_configfiles: dict,
               render_args: dict, root: Path, kept: Kept | None = None) -> dict:
-    rows = _summary_rows(data / aggregate.SUMMARY_CSV)
+    rows = summary_rows(data / aggregate.SUMMARY_CSV)
     found = checkout(root)
     by_env: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
@@ -548,11 +470,6 @@ def _manifest(data: Path, cells: Sequence[CellInfo], problems, how: str,
         "kept": kept.manifest if kept is not None else [],
         "files": {},
     }
-
-
-def _summary_rows(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
 
 
 def _statuses(rows: Sequence[dict]) -> dict[str, int]:
@@ -666,16 +583,27 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
     """What is wrong with the publication in ``report`` (empty: nothing): its manifest, every
     checksum, files the manifest does not list, and whether rendering ``data/`` again (from
     the current folder, with the recorded arguments) gives ``index.html`` but for the
-    generation stamp."""
+    generation stamp.
+
+    Every file is read through :func:`mnistbench.core.untrusted.read_bytes_under`: a
+    symbolic link in ``report/`` (to ``/etc/shadow``, say) is named and never followed, a
+    FIFO never opened, and no problem quotes a line of a file that was not read. The report is
+    rendered again only when every file of ``data/`` is a regular file of the publication; a
+    table it cannot render (an edited one) is a problem listed beside the checksums, never a
+    traceback."""
     report = Path(report)
     path = report / DATA_DIR / MANIFEST
     try:
-        manifest = validate.loads_strict(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        manifest = validate.loads_strict(untrusted.read_text_under(
+            report, f"{DATA_DIR}/{MANIFEST}", max_bytes=validate.MAX_JSON_BYTES))
+    except untrusted.UnsafeFile as exc:
+        return [f"cannot read {path}: {exc.why}; publish again (make publish)"]
+    except ValueError as exc:
         return [f"cannot read {path}: {exc}"]
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         return [f"{path} is not the manifest of a publication (format {FORMAT!r})"]
     problems = []
+    unread = False  # a file of the publication that is not read: no rendering from it
     files = manifest.get("files") or {}
     if not isinstance(files, dict):
         return [f"{path}: 'files' is not a mapping of paths to checksums"]
@@ -684,18 +612,29 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
         if outside:
             problems.append(f"{path} lists {name!r}, {outside}; it was not read (a "
                             f"publication's files lie in {report})")
+            unread = True
             continue
         target = report / name
         if not isinstance(entry, dict):
             problems.append(f"{path}: the entry of {name!r} is not {{bytes, sha256}}")
-        elif not target.is_file():
-            problems.append(f"{target} is listed in the manifest but missing")
-        elif archive.sha256_file(target) != entry.get("sha256"):
+            continue
+        try:
+            digest = hashlib.sha256(untrusted.read_bytes_under(
+                report, name, max_bytes=MAX_PUBLISHED_BYTES)).hexdigest()
+        except untrusted.UnsafeFile as exc:
+            missing = exc.errno == errno.ENOENT
+            problems.append(f"{target} is listed in the manifest but missing" if missing
+                            else f"{target} is {exc.why}; it was not read")
+            unread = unread or not missing
+            continue
+        if digest != entry.get("sha256"):
             problems.append(f"{target} does not match its SHA-256 in the manifest (changed "
                             "after publishing)")
-    for extra in sorted((report / DATA_DIR).iterdir()) if (report / DATA_DIR).is_dir() else []:
+    data_dir = report / DATA_DIR
+    for extra in sorted(data_dir.iterdir()) if data_dir.is_dir() else []:
         if extra.name != MANIFEST and f"{DATA_DIR}/{extra.name}" not in files:
             problems.append(f"{extra} is not listed in the manifest")
+            unread = unread or not stat.S_ISREG(os.lstat(extra).st_mode)
     render_args = manifest.get("render") or {}
     if not isinstance(render_args, dict) or not all(
             isinstance(render_args.get(k), str) for k in ("results", "cost_model", "command")):
@@ -714,13 +653,21 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
                         "from here: run the check from the folder it was published in (the "
                         "project's)")
         return problems
-    with tempfile.TemporaryDirectory(prefix="mnistbench-verify-") as tmp:
-        fresh = render(render_args, Path(tmp) / INDEX).read_text(encoding="utf-8")
-    try:
-        committed = (report / INDEX).read_text(encoding="utf-8")
-    except OSError as exc:
-        problems.append(f"cannot read {report / INDEX}: {exc}")
+    if unread:
+        problems.append(f"the report was not rendered again: a file of {report} was not read "
+                        "(above)")
         return problems
+    try:
+        committed = untrusted.read_text_under(report, INDEX, max_bytes=MAX_PUBLISHED_BYTES)
+    except untrusted.UnsafeFile as exc:
+        problems.append(f"cannot read {report / INDEX}: {exc.why}; it was not compared")
+        return problems
+    with tempfile.TemporaryDirectory(prefix="mnistbench-verify-") as tmp:
+        try:
+            fresh = render(render_args, Path(tmp) / INDEX).read_text(encoding="utf-8")
+        except PublishError as exc:
+            problems.append(str(exc))
+            return problems
     if strip_stamp(fresh) != strip_stamp(committed):
         problems.append(f"{report / INDEX} is not what {results} renders to now: "
                         + first_difference(strip_stamp(committed), strip_stamp(fresh)))

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mnistbench import __version__
-from mnistbench.core import provenance, schema, study
-from mnistbench.results import validate
+from mnistbench.core import provenance, schema, study, untrusted
+from mnistbench.results import rows, validate
 
 REPORT_DIR = Path("report")
 DEFAULT_CONFIG = Path("config/config.yaml")
@@ -73,27 +73,85 @@ class CellInfo:
 def load_config(configfiles: Sequence[Path], config_schema: Path = CONFIG_SCHEMA) -> dict:
     """The study's config as the workflow reads it: ``configfiles`` merged in order (a later
     file's keys replace, its mappings merge), every key left out set to its default from
-    ``config_schema``. Not validated here: the workflow refuses a bad config before any cell
-    runs."""
+    ``config_schema``, then checked against that schema as the workflow checks it (a file
+    given with ``--env-configfile`` too). Each file is read bounded
+    (:mod:`mnistbench.core.untrusted`: a regular file of at most 4 MiB, no YAML alias
+    expansion past 200,000 values nor nesting past 64 levels), so a "billion laughs" is
+    refused at once; a file that does not parse is named, its content never quoted."""
     import yaml
 
     config: dict = {}
     for path in configfiles:
+        config_fix = "Pass the config the study ran with (--configfile, repeatable)."
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise PublishError(f"cannot read the config {path}: {exc}. Pass the config the "
-                               "study ran with (--configfile, repeatable).") from None
+            text = untrusted.read_text_file(Path(path))
+            data = yaml.safe_load(text) or {}
+            untrusted.check_tree(data, what=f"the config {path}")
+        except untrusted.UnsafeFile as exc:
+            raise PublishError(f"cannot read the config {exc}. {config_fix}") from None
+        except untrusted.TooComplex as exc:
+            raise PublishError(f"{exc}. {config_fix}") from None
+        except RecursionError:
+            raise PublishError(f"the config {path} nests deeper than Python's parser reaches; "
+                               f"no config nests so deep. {config_fix}") from None
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            at = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+            raise PublishError(f"the config {path} is not valid YAML{at}: "
+                               f"{getattr(exc, 'problem', None) or 'a syntax error'}. "
+                               f"{config_fix}") from None
         if not isinstance(data, dict):
-            raise PublishError(f"the config {path} is not a mapping.")
+            raise PublishError(f"the config {path} is not a mapping. {config_fix}")
         _merge(config, data)
     try:
-        spec = yaml.safe_load(Path(config_schema).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        spec = yaml.safe_load(untrusted.read_text_file(Path(config_schema)))
+    except (untrusted.UnsafeFile, yaml.YAMLError) as exc:
         raise PublishError(f"cannot read the config schema {config_schema}: {exc}. Run "
                            "mnistbench publish from the project's folder.") from None
     _fill_defaults(spec, config)
+    _check_config(config, spec, configfiles)
     return config
+
+
+def _check_config(config: dict, spec: dict, configfiles: Sequence[Path]) -> None:
+    """Refuse (PublishError) a merged config that the workflow's schema refuses, naming the
+    key, what it must be and the files; the cost model's schema is the one beside
+    :mod:`mnistbench.results.cost`."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+    from referencing import Registry, Resource
+    from referencing.jsonschema import DRAFT202012
+
+    from mnistbench.results import cost
+
+    spec = copy.deepcopy(spec)
+    uri = "urn:mnistbench:cost-model-schema"
+
+
+    def point_to_cost(node: object) -> None:  # "../../src/.../cost_model.schema.yaml#/x"
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.split("#")[0].endswith("cost_model.schema.yaml"):
+                node["$ref"] = uri + ref[len(ref.split("#")[0]):]
+            for value in node.values():
+                point_to_cost(value)
+        elif isinstance(node, list):
+            for value in node:
+                point_to_cost(value)
+
+    point_to_cost(spec)
+    registry = Registry().with_resource(uri, Resource.from_contents(
+        {**cost.SCHEMA, "$id": uri}, default_specification=DRAFT202012))
+    error = best_match(Draft202012Validator(spec, registry=registry).iter_errors(config))
+    if error is None:
+        return
+    key = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+    wanted = error.schema.get("description", "") if isinstance(error.schema, dict) else ""
+    message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+    raise PublishError(
+        f"invalid config key {key} in {', '.join(map(str, configfiles))}: {message}"
+        + (f" (expected: {' '.join(wanted.split())})" if wanted else "")
+        + ". Fix that key; workflow/schemas/config.schema.yaml describes every key.")
 
 
 def _merge(into: dict, update: dict) -> None:
@@ -165,12 +223,15 @@ def read_cells(runs: Path) -> tuple[list[CellInfo], list[str]]:
         raise PublishError(f"no results to publish: {runs} is not a folder. Run the study "
                            "first (make study), or unpack another machine's results.")
     cells, incomplete = [], []
-    for folder in sorted(p for p in runs.glob("*/*/*") if p.is_dir()
-                         and not any(part.startswith(".") for part in p.relative_to(runs).parts)):
+    try:
+        folders = rows.cell_folders(runs)
+    except validate.CellError as exc:
+        raise PublishError(str(exc)) from None
+    for folder in folders:
         env, experiment, name = folder.relative_to(runs).parts
         key = (env, experiment, name)
         path = folder / schema.SUMMARY_FILE
-        if not path.is_file():
+        if not (path.exists() or path.is_symlink()):
             incomplete.append("/".join(key))
             continue
         try:

@@ -60,12 +60,19 @@ def test_default_env_name_for_the_docker_runner(monkeypatch):
 
 
 def test_default_env_name_prefers_mnistbench_env(monkeypatch):
-    """$MNISTBENCH_ENV wins over the host name and is itself made safe."""
+    """$MNISTBENCH_ENV wins over the host name; one that is not a plain name ('../', '日本語',
+    two values that would file under one folder) is refused naming the variable, the value
+    and the fix, never renamed."""
     monkeypatch.setenv("MNISTBENCH_CONTAINER", "mnistbench:cpu")
     monkeypatch.setenv("MNISTBENCH_ENV", "laptop-native")
     assert environment_name() == "laptop-native"
-    monkeypatch.setenv("MNISTBENCH_ENV", "../../etc")
-    assert environment_name() == "etc"
+    for value, fix in (("../../etc", "set it to 'etc'"), ("../", "a name such as"),
+                       ("日本語", "a name such as"), ("lab gpu", "set it to 'lab-gpu'")):
+        monkeypatch.setenv("MNISTBENCH_ENV", value)
+        with pytest.raises(study.StudyError) as info:
+            environment_name()
+        assert f"$MNISTBENCH_ENV is {value!r}, which is not a plain folder name" in str(
+            info.value) and fix in str(info.value)
 
 
 def test_a_configured_name_without_safe_characters_names_the_key():
@@ -418,3 +425,15 @@ def test_headline_and_threads_sizes_fit_the_default_study():
     threads = [c for c in cells if c.experiment == "threads"]
     assert len(headline) == 12 and len(threads) == 12
     assert all(c.warmup_steps + c.max_steps <= 100 for c in headline + threads)
+
+
+def test_cli_env_name_refuses_a_bad_mnistbench_env_in_one_paragraph(monkeypatch, capsys):
+    """`mnistbench env-name` with $MNISTBENCH_ENV '../': exit 1, one paragraph, no
+    traceback."""
+    from mnistbench import cli
+
+    monkeypatch.setenv("MNISTBENCH_ENV", "../")
+    assert cli.main(["env-name"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mnistbench env-name: error: $MNISTBENCH_ENV is '../'")
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

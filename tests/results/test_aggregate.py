@@ -404,8 +404,9 @@ def test_load_tables_rejects_a_cell_without_precision(runs, tmp_path):
     with pytest.raises(aggregate.AggregateError) as info:
         aggregate.load_tables(tmp_path)
     cell = "/".join(rows[3][k] for k in schema.ID_COLUMNS)
-    assert str(info.value).startswith(f"{tmp_path / 'summary.csv'} has no precision for the "
-                                      f"cell(s) {cell};")
+    assert str(info.value).startswith(f"{tmp_path / 'summary.csv'} line 5 (cell {cell}): "
+                                      "precision is empty")
+    assert "run `mnistbench aggregate RUNS --out-dir FOLDER` again" in str(info.value)
 
 
 # --------------------------------------------------------------------------- hardware labels

@@ -484,3 +484,24 @@ def test_unpack_check_with_replace_is_a_usage_error(tmp_path, packed, capsys):
     assert ("--check only checks the archive and merges nothing: --replace would have no "
             "effect; drop it or --check") in capsys.readouterr().err
     assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize(("where", "text", "words"), [
+    ("manifest", "[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
+    ("summary", '{"a":' * 5000 + "1" + "}" * 5000, "nested deeper than 64 levels"),
+    ("summary", json.dumps({"schema_version": schema.SCHEMA_VERSION, "status": "ok",
+                            "reason": None, "params": {"device": "tpu"}}), "lacks"),
+])
+def test_unpack_refuses_deep_nesting_in_one_paragraph(tmp_path, packed, where, text, words):
+    """Weak case: a manifest or a summary.json nested 5000 deep ended in a RecursionError
+    traceback; now an ArchiveError naming the member, nothing unpacked."""
+    members = read_members(packed)
+    index = 0 if where == "manifest" else next(
+        i for i, (m, _) in enumerate(members) if m.name.endswith("summary.json"))
+    members[index] = (members[index][0], text.encode())
+    runs = tmp_path / "b" / "runs"
+    deep = write_members(tmp_path / "deep.tar.gz", members,
+                         refresh_manifest=where == "summary")  # the sender's manifest matches
+    message = assert_refused(deep, runs, words)
+    assert "RecursionError" not in message
+    assert not runs.exists()

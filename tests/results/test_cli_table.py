@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mnistbench import cli
+from mnistbench.core import untrusted
 from mnistbench.results import table
 from tests.fakes import cell_id, make_study
 
@@ -177,7 +179,8 @@ def test_a_missing_or_damaged_table_names_the_fix(tmp_path, capsys):
     (tmp_path / "summary.csv").write_text(
         f"{header}\nalpha,ok,sweep,cpu,fp32,resident,64,nan,1,2\n")
     code, _, err = run_table(capsys, "--results", str(tmp_path))
-    assert code == 1 and "line 2: column epoch_s_median holds 'nan'" in err
+    assert code == 1 and "line 2 (cell alpha/sweep/?)" in err
+    assert 'epoch_s_median is "nan", expected a finite number 0 or more' in err
 
 
 def test_markdown_cells_stay_in_their_column():
@@ -188,7 +191,7 @@ def test_markdown_cells_stay_in_their_column():
              "tip": "x\ny"}]
     text = table.markdown(table.build(rows))
     line = text.splitlines()[2]
-    assert line.startswith("| a\\|b | sweep |") and "| x y |" in line
+    assert line.startswith("| `a\\|b` | sweep |") and "| x y |" in line
 
 
 def test_the_published_study_tabulates(capsys):
@@ -228,3 +231,67 @@ def test_table_help_names_its_flags(capsys):
                  "(default: results)", "(default: markdown)"):
         assert text in out
     json.dumps(out)  # plain text
+
+
+#: Strings an archive or an edited table could carry: HTML, Markdown, spreadsheet formulas.
+HOSTILE = ["<img src=x onerror=alert(1)>", "</table><script>x()</script>",
+           '=HYPERLINK("http://evil.invalid","click")', "+1+cmd|' /C calc'!A0",
+           "-2+3+cmd", "@SUM(1,1)", "\tTAB=1", "\rCR=1", "a|b", "`tick`", "**bold**",
+           "[link](javascript:alert(1))", "line\n# heading", "_under_"]
+
+
+def hostile_rows(text: str) -> list[dict[str, str]]:
+    base = {"status": "ok", "experiment": "sweep", "device": "cpu", "precision": "fp32",
+            "loader": "resident", "batch_size": "64", "epoch_s_median": "1",
+            "samples_per_s": "2", "final_test_acc": "-3"}
+    return [{**base, "env": text, "tip": text}, {**base, "env": "b", "tip": text}]
+
+
+def outside_code_spans(line: str) -> str:
+    """A Markdown line with its code spans (any fence length) taken out."""
+    return re.sub(r"(`+)(?:(?!\1).)*?\1", "", line)
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
+def test_every_export_is_inert_over_hostile_strings(text):
+    """Markdown (one env after the other, and side by side) shows every free-text value in
+    a code span or with nothing Markdown or HTML reads; CSV starts no text field with a
+    formula prefix, and a negative number stays a number."""
+    rows = hostile_rows(text)
+    for built in (table.build(rows), table.build(rows, envs=(text, "b"))):
+        out = table.markdown(built)
+        rows_md, note = out.split("\n\n")
+        lines = rows_md.splitlines()
+        assert len(lines) == 2 + len(built.rows) * (1 if built.side_by_side else 2), out
+        columns = lines[1].count("|")  # the rule line: no value in it
+        for line in [*lines, note]:
+            bare = outside_code_spans(line)
+            for active in ("<", "[", "**", "# ", "\t", "\r", "=HYPERLINK"):
+                assert active not in bare, (line, active)
+        for line in lines:  # no value opens or closes a column: a pipe in a span is escaped
+            assert outside_code_spans(line).replace("\\|", "").count("|") == columns, line
+        for record in csv.reader(io.StringIO(table.csv_text(built))):
+            for field in record:
+                if field.startswith(untrusted.FORMULA_PREFIXES):
+                    assert re.fullmatch(r"-[0-9.e+-]+", field), field
+    plain = list(csv.reader(io.StringIO(table.csv_text(table.build(rows)))))
+    assert plain[1][-4] == "-3"  # final_test_acc: a negative number is a number
+
+
+def test_csv_safe_follows_owasp():
+    assert untrusted.csv_safe("=1+1") == "'=1+1"
+    assert untrusted.csv_safe("@x") == "'@x" and untrusted.csv_safe("\tx") == "'\tx"
+    assert untrusted.csv_safe("-1.5e3") == "-1.5e3" and untrusted.csv_safe("+2") == "+2"
+    assert untrusted.csv_safe("-2+3") == "'-2+3" and untrusted.csv_safe("plain") == "plain"
+
+
+def test_a_one_megabyte_reason_is_read_not_refused(tmp_path, capsys):
+    """Weak case: a 1 MB reason field (a long traceback) made `table` refuse the file and say
+    to rerun aggregate, which could not help; the table reads fields up to 16 MiB."""
+    header = ",".join([*table.NEEDED, "cell", "reason"])
+    (tmp_path / "summary.csv").write_text(
+        f"{header}\nalpha,failed,sweep,cpu,fp32,resident,64,,,,c1,\"{'x' * (1 << 20)}\"\n"
+        f"alpha,ok,sweep,cpu,fp32,resident,64,1.5,100,98.5,c2,\n")
+    code, out, err = run_table(capsys, "--results", str(tmp_path))
+    assert code == 0, err
+    assert "| 1 (1 failed) |" in out, out

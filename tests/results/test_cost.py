@@ -71,7 +71,12 @@ def test_unknown_key_lists_the_allowed_ones():
 
 
 @pytest.mark.parametrize(("key", "value", "expected"), [
-    ("devices.cuda.life_years", 0, "key devices.cuda.life_years: 0 is less than or equal to"),
+    ("devices.cuda.life_years", 0, "key devices.cuda.life_years: 0 is less than the minimum of "
+     "0.01"),
+    ("devices.cpu.life_years", 1e-300, "key devices.cpu.life_years: 1e-300 is less than the "
+     "minimum of 0.01"),
+    ("devices.cpu.hours_per_year", 1e-300, "key devices.cpu.hours_per_year: 1e-300 is less "
+     "than the minimum of 1"),
     ("devices.cpu.hours_per_year", 9000, "maximum of 8784"),
     ("price_per_kwh", -0.1, "key price_per_kwh: -0.1 is less than the minimum of 0"),
     ("price_per_kwh", "cheap", "'cheap' is not of type 'number'"),
@@ -106,6 +111,38 @@ def test_load_model_reads_yaml_and_json_and_explains_bad_files(tmp_path):
     listed.write_text("- 1\n- 2\n")
     with pytest.raises(cost.CostError, match="must be a mapping"):
         cost.load_model(listed)
+
+
+@pytest.mark.parametrize(("name", "text", "words"), [
+    ("deep.json", "[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
+    ("deep.yaml", "a: " + "[" * 5000 + "]" * 5000 + "\n", "nests deeper than"),
+    ("laughs.yaml", "\n".join(
+        ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+        + [f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]"
+           for a, b in zip("abcdefgh", "bcdefghi", strict=True)]),
+     "expands to more than 200000 values"),
+    ("secret.yaml", "currency: [SECRET\n", "is not valid YAML (line"),
+])
+def test_a_cost_model_too_deep_too_large_or_broken_is_one_paragraph(tmp_path, name, text,
+                                                                    words):
+    """Weak cases: a cost file nested 5000 deep (was a RecursionError traceback), a billion
+    laughs, or bad syntax: a CostError naming the file and the fix, never its content."""
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(cost.CostError) as info:
+        cost.load_model(path)
+    assert str(path) in str(info.value) and words in str(info.value), str(info.value)
+    assert "SECRET" not in str(info.value)
+
+
+def test_a_write_off_of_1e_300_hours_is_refused_not_divided_by(tmp_path):
+    """Weak case: 1e-300 years x 1e-300 hours underflowed to 0 and the report crashed with
+    ZeroDivisionError; now the model is refused naming the key."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({"devices": {"cpu": {"life_years": 1e-300,
+                                                        "hours_per_year": 1e-300}}}))
+    with pytest.raises(cost.CostError, match=r"key devices\.cpu\.(life_years|hours_per_year)"):
+        cost.load_model(path)
 
 
 def _tables(cells: list[dict], epochs: list[dict] | None = None):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,9 @@ BAD = {
                          "rows[0] holds"),
     "unavailable with rows": (json.dumps({**UNAVAILABLE, "device": "cpu",
                                           "rows": PEAK["rows"]}), "expected none"),
+    "a limit of 1e300 GFLOP/s": (json.dumps(_changed(row_gflops=1e300)),
+                                 "rows[0].gflops is 1e+300, above 1e+07 GFLOP/s"),
+    "nested 5000 deep": ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
     "failed without a reason": (json.dumps({**UNAVAILABLE, "device": "cpu",
                                             "status": "failed", "reason": ""}),
                                 "a limit not measured says why"),
@@ -274,7 +278,7 @@ def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsy
     small_study(runs)
     record = copy.deepcopy(PEAK)
     for row in record["rows"]:
-        row["gflops"] = 1e-6 if row["precision"] == "fp32" else 1e9
+        row["gflops"] = 1e-6 if row["precision"] == "fp32" else 1e6
     write_peak(runs, record)
     rows = summary_rows(runs, tmp_path / "out")
     fp32 = [r for r in rows.values() if r["device"] == "cpu" and r["precision"] == "fp32"]
@@ -284,5 +288,40 @@ def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsy
         "limit_source"] and f"runs/{ENV}/peak/cpu.json" in r["limit_source"]
         and "delete that file and rerun the study" in r["limit_source"] for r in fp32)
     bf16 = rows[(ENV, "sweep", "cpu-bf16-resident-b64-r0")]
-    assert bf16["limit_gflops"] == 1e9 and bf16["limit_source"].startswith("measured: ")
+    assert bf16["limit_gflops"] == 1e6 and bf16["limit_source"].startswith("measured: ")
     assert "is no limit" in capsys.readouterr().err
+
+
+def test_a_peak_folder_linked_elsewhere_is_refused_never_walked_as_cells(tmp_path):
+    """Weak case: runs/ENV/peak as a symbolic link to a folder of other cells was walked as
+    cells of an experiment 'peak'; now the aggregate refuses naming the link and the fix, and
+    writes nothing. A peak/ folder with sub-folders is never read as cells either."""
+    runs = tmp_path / "runs"
+    small_study(runs)
+    elsewhere = tmp_path / "elsewhere"
+    small_study(elsewhere, env="other")
+    (runs / ENV / schema.PEAK_DIR).symlink_to(elsewhere / "other" / "sweep")
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs, tmp_path / "out")
+    message = str(info.value)
+    assert f"{runs / ENV / schema.PEAK_DIR} is a symbolic link" in message
+    assert "is not followed" in message or "does not follow" in message
+    assert not (tmp_path / "out").exists()
+    (runs / ENV / schema.PEAK_DIR).unlink()
+    shutil.copytree(elsewhere / "other" / "sweep", runs / ENV / schema.PEAK_DIR)
+    rows = summary_rows(runs, tmp_path / "out2")
+    assert all(experiment != schema.PEAK_DIR for _, experiment, _ in rows)
+
+
+def test_a_cell_folder_linked_elsewhere_is_refused(tmp_path):
+    """A cell or experiment folder that is a symbolic link is refused naming it (a reader of
+    runs/ reads only what lies in it); the fix is to move the folder in."""
+    runs = tmp_path / "runs"
+    small_study(runs)
+    elsewhere = tmp_path / "elsewhere"
+    (runs / ENV / "sweep").rename(elsewhere)
+    (runs / ENV / "sweep").symlink_to(elsewhere)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs, tmp_path / "out")
+    assert f"{runs / ENV / 'sweep'} is a symbolic link (to {elsewhere})" in str(info.value)
+    assert "Move the folder it points to into its place" in str(info.value)

@@ -255,7 +255,7 @@ def test_a_bad_resource_row_makes_the_cell_invalid(runs, tmp_path, column, value
     ("epochs.csv", "cut",
      f"epochs.csv line 3 has 4 fields, expected {len(schema.EPOCH_COLUMNS)}"),
     ("epochs.csv", "folder", "cannot read epochs.csv: not a regular file but a folder"),
-    ("resources.csv", "binary", "cannot read resources.csv: 'utf-8' codec can't decode"),
+    ("resources.csv", "binary", "cannot read resources.csv: not UTF-8 text (byte 0)"),
 ])
 def test_an_ok_cell_needs_its_three_files_whole(runs, tmp_path, name, fault, message):
     """An ok cell has summary.json, epochs.csv and resources.csv, each non-empty and whole."""
@@ -359,8 +359,86 @@ def test_load_tables_refuses_a_word_in_a_numeric_column(study, tmp_path, value):
         aggregate.load_tables(tmp_path)
     cell = "/".join(rows[2][k] for k in schema.ID_COLUMNS)
     assert str(info.value).startswith(
-        f"{path} line 4 (cell {cell}): column samples_per_s holds {value!r}, which is not a "
-        "finite number")
+        f'{path} line 4 (cell {cell}): samples_per_s is "{value}", expected a finite number '
+        "0 or more")
+
+
+#: Edits of an aggregated summary.csv that no cell can give: column -> (value, words).
+IMPOSSIBLE_ROWS = {
+    "accuracy 250 %": ("final_test_acc", "250", 'final_test_acc is "250", expected a finite '
+                       "number 0 to 100"),
+    "-1e6 samples/s": ("samples_per_s", "-1e6", 'samples_per_s is "-1e6", expected a finite '
+                       "number 0 or more"),
+    "-5 s epochs": ("epoch_s_median", "-5", 'epoch_s_median is "-5", expected a finite number '
+                    "0 or more"),
+    "a tpu device": ("device", "tpu", "device is \"tpu\", expected one of 'cpu', 'cuda'"),
+    "an fp64 precision": ("precision", "fp64", 'precision is "fp64", expected one of'),
+    "a <b>warp</b> loader": ("loader", "<b>warp</b>", 'loader is "<b>warp</b>", expected one'),
+    "an unknown implementation": ("implementation", "=cmd()", "implementation is \"=cmd()\""),
+    "an unknown compile mode": ("compile", "fastest", 'compile is "fastest", expected one of'),
+    "an unknown tip": ("tip", "<img src=x>", 'tip is "<img src=x>", expected one of'),
+    "a 1e300 GFLOP/s limit": ("limit_gflops", "1e300", 'limit_gflops is "1e300", expected a '
+                              "finite number 0 to 1e+07"),
+    "an empty env": ("env", "", 'env is "", expected the name of a folder'),
+    "an unknown status": ("status", "great", 'status is "great", expected one of'),
+}
+
+
+def edit_summary(path: Path, line: int, column: str, value: str) -> dict:
+    """Set ``column`` of the row on ``line`` of the CSV table ``path``; that row, edited."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    rows[line - 2][column] = value
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows[line - 2]
+
+
+@pytest.mark.parametrize("case", sorted(IMPOSSIBLE_ROWS))
+def test_every_reader_of_the_tables_refuses_a_row_no_cell_can_give(study, tmp_path, case,
+                                                                   capsys):
+    """An aggregated summary.csv edited to a value no cell can give (accuracy 250 %, -1e6
+    samples/s, -5 s epochs, a tpu device, a limit of 1e300 GFLOP/s, ...) is refused by the
+    report's reader (load_tables) and by `mnistbench table`, naming the file, the line, the
+    cell, the field and the fix; nothing is printed."""
+    from mnistbench import cli
+
+    column, value, words = IMPOSSIBLE_ROWS[case]
+    aggregate.aggregate(study, tmp_path)
+    path = tmp_path / "summary.csv"
+    edit_summary(path, 3, column, value)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{path} line 3 (cell ") and words in message, message
+    assert "run `mnistbench aggregate RUNS --out-dir FOLDER` again" in message
+    capsys.readouterr()
+    code = cli.main(["table", "--results", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and words in err and "Traceback" not in err, err
+
+
+def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
+    """A summary.json with a tpu device, an fp64 precision or a loader `<b>warp</b>` cannot
+    be placed (the aggregate refuses, naming the file); one with an implementation, compile
+    mode or tip outside its list is invalid: filed failed, never a finding."""
+    folder = folder_of(runs)
+    original = (folder / schema.SUMMARY_FILE).read_text()
+    for key, value in (("device", "tpu"), ("precision", "fp64"), ("loader", "<b>warp</b>")):
+        (folder / schema.SUMMARY_FILE).write_text(original)
+        set_value(folder, f"params.{key}", value)
+        with pytest.raises(validate.CellError) as info:
+            validate.read_cell(folder)
+        assert f"params.{key} is \"{value}\", expected one of" in str(info.value)
+        assert str(folder / schema.SUMMARY_FILE) in str(info.value)
+    for key, value in (("implementation", "fast"), ("compile", "<b>x</b>"), ("tip", "=1+1")):
+        (folder / schema.SUMMARY_FILE).write_text(original)
+        set_value(folder, f"params.{key}", value)
+        cell = validate.read_cell(folder)
+        assert cell.table_status == "failed"
+        assert f"params.{key} is \"{value}\", expected one of" in cell.why()
 
 
 def test_loads_strict_names_the_token_and_where():
@@ -370,3 +448,28 @@ def test_loads_strict_names_the_token_and_where():
     with pytest.raises(ValueError, match=r"x\[1\] is 1e999"):
         validate.loads_strict('{"x": [1, 1e999]}')
     assert validate.loads_strict('{"x": [1, 2.5e3]}') == {"x": [1, 2500.0]}
+
+
+def test_a_cell_file_that_is_a_symbolic_link_is_never_followed(runs, tmp_path):
+    """A summary.json linked to a file elsewhere (a secret, another cell) cannot be placed:
+    the aggregate refuses naming it; an epochs.csv linked elsewhere makes the cell invalid.
+    Neither link is followed, and nothing of its target is quoted."""
+    folder = folder_of(runs)
+    secret = tmp_path / "secret"
+    secret.write_text("SECRET-LINE\n")
+    summary = folder / schema.SUMMARY_FILE
+    target = tmp_path / "summary.json"
+    summary.rename(target)
+    summary.symlink_to(target)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.aggregate(runs, tmp_path / "out")
+    assert f"cannot read {summary}: a symbolic link, which is not followed" in str(info.value)
+    summary.unlink()
+    target.rename(summary)
+    epochs = folder / schema.EPOCHS_FILE
+    epochs.unlink()
+    epochs.symlink_to(secret)
+    cell = validate.read_cell(folder)
+    assert cell.table_status == "failed"
+    assert "cannot read epochs.csv: a symbolic link, which is not followed" in cell.why()
+    assert "SECRET" not in cell.why()

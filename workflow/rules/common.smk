@@ -19,7 +19,7 @@ from snakemake.logging import logger
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
-from mnistbench.core import schema, study
+from mnistbench.core import schema, study, untrusted
 from mnistbench.core.atomic import write_json, write_text
 from mnistbench.core.devices import DEVICES
 from mnistbench.data import files
@@ -39,6 +39,14 @@ def planned(function, *args, **kwargs):
         raise WorkflowError(str(exc)) from None
 
 
+# Bounded before anything walks it: YAML aliases repeating aliases (a "billion laughs") would
+# make the schema's validation run until killed; refused here in microseconds.
+try:
+    untrusted.check_tree(config, what="the config")
+except untrusted.TooComplex as exc:
+    raise WorkflowError(
+        f"{exc}. Fix the file given with --configfile (or {plan.DEFAULT_CONFIGFILE})."
+    ) from None
 try:
     validate(config, schema=CONFIG_SCHEMA)  # the cost model too: cost_model.schema.yaml
 except WorkflowError as exc:

@@ -10,12 +10,15 @@ import argparse
 import math
 from pathlib import Path
 
-from mnistbench.core.cpuruntime import allocator_option
+from mnistbench.core.cpuruntime import ALLOCATORS, allocator_option
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
+from mnistbench.core.study import TIP_NAMES
 
 #: Implementations of the model and optimizer (``--implementation``): the blog's code as
 #: written, and this project's equivalent formulation.
 IMPLEMENTATIONS = ("tuned", "stock")
+#: torch.compile modes a cell may ask for (params.compile; empty: eager).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 #: The largest batch size ``--max-batch`` tries, in samples, on an accelerator and on a CPU (a
 #: CPU has no device memory to fill: beyond this each step only takes longer, and the tips
 #: experiment's stock bf16 cells on a CPU without native bf16 would outgrow the default
@@ -26,6 +29,18 @@ CPU_MAX_BATCH_CAP = 1024
 #: up to them, and ``--batch-size`` up to the training samples a cell uses.
 MNIST_TRAIN_SAMPLES = 60_000
 MNIST_TEST_SAMPLES = 10_000
+#: Every enumerated setting of a cell and the values it may take, from their one home in
+#: core (devices, precisions and loaders: mnistbench.core.devices; allocators:
+#: mnistbench.core.cpuruntime; tips: mnistbench.core.study): what results are checked against
+#: (mnistbench.results.validate), so a cell recorded with a ``tpu`` device is refused.
+SETTING_CHOICES: dict[str, tuple[str, ...]] = {
+    "device": DEVICES, "precision": PRECISIONS, "loader": LOADERS,
+    "implementation": IMPLEMENTATIONS, "compile": COMPILE_MODES, "tip": TIP_NAMES,
+    "allocator": ALLOCATORS,
+}
+#: The widest network a cell may train (``--width``; the config's ``$defs.width`` maximum,
+#: workflow/schemas/config.schema.yaml): x16 is 256x the FLOPs of x1 already.
+MAX_WIDTH = 16
 #: Flags that only a ``dataloader`` cell uses; a ``resident`` cell records them as null (not
 #: applicable), whatever was passed (the workflow passes the study-wide values to every cell).
 DATALOADER_ONLY = ("workers", "pin_memory")
@@ -86,6 +101,16 @@ def non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def width_of(text: str) -> int:
+    """A channel width multiplier, 1 to :data:`MAX_WIDTH` (argparse type)."""
+    value = positive_int(text)
+    if value > MAX_WIDTH:
+        raise argparse.ArgumentTypeError(
+            f"{value} is wider than {MAX_WIDTH}, the widest network the study trains (config "
+            f"key experiments.scale.widths caps it too): pass 1 to {MAX_WIDTH}")
     return value
 
 
@@ -167,7 +192,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="DataLoader pin_memory (dataloader loader only; a resident cell "
                    "records none: not applicable)")
     p.add_argument("--compile", nargs="?", const="default", default="",
-                   choices=["default", "reduce-overhead", "max-autotune"],
+                   choices=COMPILE_MODES,
                    help="wrap the model in torch.compile with this mode (bare --compile: "
                    "default; reduce-overhead uses CUDA graphs on CUDA; default: none, eager)")
     p.add_argument("--implementation", choices=IMPLEMENTATIONS, default="tuned",
@@ -175,7 +200,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "bit dropout, channels_last, fused Adam); stock: the blog's code as written "
                    "(ReferenceNet, nn.Dropout, torch.optim.Adam, the default memory format); "
                    "both compute the same function")
-    p.add_argument("--width", type=positive_int, default=1,
+    p.add_argument("--width", type=width_of, default=1,
                    help="channel width multiplier of the network's convolutions (1: the "
                    "blog's network; the scale experiment widens it; mnistbench.core.network)")
     p.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=True,

@@ -83,7 +83,8 @@ def environment_name(configured: str = "", runtime: str | None = None) -> str:
     """The environment a cell's results are filed under (``results/runs/{env}``): ``configured``
     (config ``env``) when given, else ``$MNISTBENCH_ENV``, else the host name and the runtime,
     e.g. ``myhost-local`` or ``myhost-docker-mnistbench-cpu`` (image ``mnistbench:cpu``,
-    registry path dropped); always through :func:`safe_name`. ``runtime`` (``local``,
+    registry path dropped); always through :func:`safe_name`, except ``$MNISTBENCH_ENV``,
+    which must already be a safe name (a :class:`StudyError` otherwise). ``runtime`` (``local``,
     ``docker``, ``apptainer``) names the cells' runtime instead of this process's: the
     workflow's docker runner passes ``docker`` (``myhost-docker``; one image per device).
     Raises :class:`StudyError` for a configured name with no usable character."""
@@ -99,7 +100,17 @@ def environment_name(configured: str = "", runtime: str | None = None) -> str:
         return name
     explicit = os.environ.get(ENV_NAME_VAR, "").strip()
     if explicit:
-        return safe_name(explicit)
+        # Used as it is or refused, never renamed: '../' and '日本語' both became 'unknown',
+        # two different values one folder.
+        name = safe_name(explicit, default="")
+        if name != explicit:
+            raise StudyError(
+                f"${ENV_NAME_VAR} is {explicit!r}, which is not a plain folder name under "
+                f"results/runs (A-Z a-z 0-9 . _ -, at most {MAX_NAME_LEN} characters, not "
+                "starting or ending with . _ -): "
+                + (f"set it to {name!r}" if name else "set it to a name such as 'lab-gpu'")
+                + f", or unset it for the host name ({host_name()}).")
+        return name
     runtime = runtime or process_runtime()
     if runtime == "local":
         return f"{host_name()}-local"

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from mnistbench.core import atomic, schema
 from mnistbench.core.devices import device_label
-from mnistbench.results import validate
+from mnistbench.results import rows, validate
 
 #: Params repeated in front of every epochs.csv / resources.csv row (after the id columns).
 KEY_PARAMS = ("device", "precision", "loader", "batch_size", "repeat")
@@ -105,9 +105,12 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
         peaks = validate.read_peaks(runs)
     except validate.PeakError as exc:
         raise AggregateError(str(exc)) from None
-    # Hidden folders (.snakemake, editor and sync droppings) are not cells.
-    cell_dirs = sorted(p for p in runs.glob("*/*/*") if p.is_dir()
-                       and not any(part.startswith(".") for part in p.relative_to(runs).parts))
+    # Hidden folders (.snakemake, editor and sync droppings) and peak/ are not cells; no
+    # symbolic link is followed.
+    try:
+        cell_dirs = rows.cell_folders(runs)
+    except validate.CellError as exc:
+        raise AggregateError(str(exc)) from None
     summary_rows: list[dict] = []
     epoch_rows: list[list[str]] = []
     resource_rows: list[list[str]] = []
@@ -383,6 +386,13 @@ def load_tables(results: Path) -> Tables:
             raise AggregateError(
                 f"{path} lacks the column(s) {', '.join(missing)}; it was written by another "
                 "mnistbench version or edited. Rerun `mnistbench aggregate`.")
+        if name in (SUMMARY_CSV, EPOCHS_CSV):  # every row as a cell would give it, or refused
+            records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+            try:
+                rows.check_rows("summary" if name == SUMMARY_CSV else "epochs", records,
+                                    path)
+            except rows.TableRowError as exc:
+                raise AggregateError(str(exc)) from None
         for column in frame.columns:
             if column not in TEXT_COLUMNS:
                 frame[column] = _numeric(frame, column, path)

@@ -67,6 +67,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from mnistbench.core import untrusted
+
 MEASURED = "measured"
 ASSUMED = "assumed"
 MIXED = "mixed"
@@ -194,16 +196,31 @@ def load_model(path: Path | None) -> CostModel:
 
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CostError(f"cannot read the cost model {path}: {exc.strerror or exc}. Pass an "
-                        "existing YAML/JSON file to --cost-model, or leave it out to use the "
-                        "built-in model.") from None
+        text = untrusted.read_text_file(path)
+    except untrusted.UnsafeFile as exc:
+        raise CostError(f"cannot read the cost model {path}: {exc.why}. Pass an existing "
+                        "YAML/JSON file to --cost-model, or leave it out to use the built-in "
+                        "model.") from None
+    kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
     try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        if kind == "JSON":
+            untrusted.check_json_depth(text)
+            data = json.loads(text)
+        else:
+            data = yaml.safe_load(text)
+        untrusted.check_tree(data, what=f"cost model {path}")
+    except untrusted.TooComplex as exc:
+        raise CostError(f"{exc if 'cost model' in str(exc) else f'cost model {path}: {exc}'}. "
+                        "A cost model is a few keys deep (docs/report.md).") from None
+    except RecursionError:
+        raise CostError(f"cost model {path} nests deeper than its parser reaches; a cost model "
+                        "is a few keys deep (docs/report.md).") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise CostError(f"cost model {path} is not valid "
-                        f"{'JSON' if path.suffix.lower() == '.json' else 'YAML'}: {exc}. "
+        mark = getattr(exc, "problem_mark", None)
+        where = (f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None
+                 else f"line {getattr(exc, 'lineno', '?')}, column {getattr(exc, 'colno', '?')}")
+        raise CostError(f"cost model {path} is not valid {kind} ({where}: "
+                        f"{getattr(exc, 'problem', None) or getattr(exc, 'msg', 'syntax')}). "
                         "Fix the syntax.") from None
     return validate(data, str(path))
 

@@ -10,8 +10,14 @@ every environment of the table follows the other (an ``env`` column); with envir
 named (:func:`build` ``envs``) those stand side by side, in that order, and two of them get
 the speed-up of the second over the first (the ratio of their median epoch times).
 
-Import rule: the standard library and :mod:`mnistbench.core` only (no pandas, no torch), so
-it runs anywhere a ``summary.csv`` is, fast.
+Every row is checked as a cell would give it (:func:`mnistbench.results.rows.check_rows`:
+names, enumerated settings, physical ranges) before it is shown; every free-text field is
+inert in both formats (:mod:`mnistbench.core.untrusted`: a Markdown code span, a CSV field
+that no spreadsheet runs as a formula).
+
+Import rule: the standard library, :mod:`mnistbench.core` and the standard-library-only
+:mod:`mnistbench.results.rows` (no pandas, no torch), so it runs anywhere a
+``summary.csv`` is, fast.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mnistbench.core import study
+from mnistbench.core import study, untrusted
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 from mnistbench.core.figures import seconds
+from mnistbench.results.rows import MAX_CSV_FIELD, TableRowError, check_rows, csv_fields_up_to
 
 SUMMARY_CSV = "summary.csv"
 #: What tells the rows apart: the settings of a cell but its environment and repeat.
@@ -97,12 +104,18 @@ def read_summary(results: Path) -> list[dict[str, str]]:
             "first, or pass --results with the folder that holds the aggregated tables "
             "(report/data for the published study).")
     try:
-        with path.open(encoding="utf-8", newline="") as handle:
+        with csv_fields_up_to(), path.open(encoding="utf-8", newline="") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
             columns = reader.fieldnames or []
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise TableError(f"cannot read {path}: {exc}. Rerun `mnistbench aggregate`.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TableError(f"cannot read {path}: {exc}. Pass --results a folder whose "
+                         "summary.csv is readable UTF-8 (the aggregate writes one).") from None
+    except csv.Error as exc:
+        raise TableError(f"cannot read {path}: {exc} (a field longer than "
+                         f"{MAX_CSV_FIELD} characters, or a damaged quote). The table "
+                         "was edited or damaged: run `mnistbench aggregate RUNS --out-dir "
+                         f"{results}` again.") from None
     missing = [c for c in NEEDED if c not in columns]
     if missing:
         raise TableError(f"{path} lacks the column(s) {', '.join(missing)}: it is not a "
@@ -113,6 +126,10 @@ def read_summary(results: Path) -> list[dict[str, str]]:
             raise TableError(f"{path} line {line} has another number of fields than its "
                              "header: the table was edited or cut short. Rerun `mnistbench "
                              "aggregate`.")
+    try:
+        check_rows("summary", rows, path)
+    except TableRowError as exc:
+        raise TableError(str(exc)) from None
     return rows
 
 
@@ -226,6 +243,22 @@ def _cell(text: object) -> str:
     return " ".join(_CONTROL.sub(" ", str(text)).split()).replace("|", "\\|") or " "
 
 
+#: Text Markdown shows as it is (letters, digits and . , = + : / - and spaces; an underscore
+#: is escaped).
+_PLAIN = re.compile(r"[A-Za-z0-9 .,=+:/_–-]*")
+
+
+def _free(text: object) -> str:
+    """A value from the table (an environment, a setting, a file name) for a Markdown
+    table cell: plain where it holds no character Markdown or HTML gives a meaning (its
+    underscores escaped), else in a code span (HTML and Markdown in it stay text;
+    :func:`mnistbench.core.untrusted.markdown_cell`)."""
+    text = " ".join(_CONTROL.sub(" ", str(text)).split())
+    if text and _PLAIN.fullmatch(text):
+        return text.replace("_", "\\_")
+    return untrusted.markdown_cell(text)
+
+
 def _records(table: Table, markdown: bool) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of ``table``, its figures formatted for Markdown or for CSV."""
     key_headers = [("batch" if markdown else "batch_size") if k == "batch_size" else k
@@ -245,10 +278,11 @@ def _records(table: Table, markdown: bool) -> tuple[list[str], list[list[str]]]:
         [h[1] for h in FIGURES.values()] + ["runs", "busy_runs", "not_ok"]
     pair = table.side_by_side and len(table.envs) == 2
     if table.side_by_side:
-        header = [*key_headers, *(f"{env} {t}" if markdown else f"{env}:{t}"
+        shown = {env: _free(env) if markdown else env for env in table.envs}
+        header = [*key_headers, *(f"{shown[env]} {t}" if markdown else f"{env}:{t}"
                                   for env in table.envs for t in tail)]
         if pair:
-            first, second = table.envs
+            first, second = (shown[env] for env in table.envs)
             header.append(f"speed-up {second} vs {first}" if markdown
                           else f"speedup:{second}/{first}")
         body = []
@@ -272,17 +306,19 @@ def markdown(table: Table) -> str:
     """``table`` as a GitHub-flavoured Markdown table, with one line under it saying what
     the figures are and where they come from."""
     header, body = _records(table, markdown=True)
+    keys = len(table.keys) + (0 if table.side_by_side else 1)  # the free-text columns
     numeric = {i for i, h in enumerate(header)
                if any(h.endswith(t) for t in ("epoch s", "samples/s", "acc %", "batch", "width"))
                or h.startswith("speed-up")}
-    lines = ["| " + " | ".join(_cell(h) for h in header) + " |",
+    lines = ["| " + " | ".join(header) + " |",  # its environments already _free
              "|" + "|".join("---:" if i in numeric else "---" for i in range(len(header))) + "|"]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in body]
+    lines += ["| " + " | ".join(_free(v) if i < keys else _cell(v) for i, v in enumerate(row))
+              + " |" for row in body]
     if not body:
         lines.append("| " + " | ".join(["–"] * len(header)) + " |")
     lines.append("")
     lines.append(f"Medians over each row's ok runs (epoch s: each run's median epoch time; "
-                 f"final acc: the test accuracy after the last epoch), from {_cell(table.source)}"
+                 f"final acc: the test accuracy after the last epoch), from {_free(table.source)}"
                  + (". Speed-up: the ratio of the two median epoch times."
                     if table.side_by_side and len(table.envs) == 2 else "."))
     return "\n".join(lines) + "\n"
@@ -290,12 +326,17 @@ def markdown(table: Table) -> str:
 
 def csv_text(table: Table) -> str:
     """``table`` as CSV: plain numbers (6 significant digits, empty where none), one header
-    line."""
+    line; a text field that a spreadsheet would run as a formula (``=``, ``+``, ``-``, ``@``,
+    a tab or a carriage return first) starts with ``'``
+    (:func:`mnistbench.core.untrusted.csv_safe`); a negative number stays a number."""
     header, body = _records(table, markdown=False)
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(body)
+    def field(value: object) -> str:  # inert, and on one line
+        return _CONTROL.sub(" ", untrusted.csv_safe(value))
+
+    writer.writerow([field(v) for v in header])
+    writer.writerows([field(v) for v in row] for row in body)
     return buffer.getvalue()
 
 

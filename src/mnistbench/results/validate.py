@@ -42,17 +42,17 @@ and none of its epoch or resource rows, so no table, statistic or chart uses its
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
 import re
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from mnistbench.core import atomic, options, schema
+from mnistbench.core import options, schema, untrusted
 
 #: The MNIST splits' sizes (the training and test samples a cell can use at most).
 TRAIN_SAMPLES = options.MNIST_TRAIN_SAMPLES
@@ -194,6 +194,33 @@ SPECS: dict[str, dict[str, Spec]] = {
               for name, (unit, _) in fields.items()}
     for section, fields in _TABLES.items()}
 
+#: The enumerated settings of a cell and their values, each list defined once in core
+#: (:data:`mnistbench.core.options.SETTING_CHOICES`); empty, false or null where unset.
+ENUMS: dict[str, tuple[object, ...]] = {
+    name: (*values, *(() if name in ("device", "precision", "loader") else ("", False, None)))
+    for name, values in options.SETTING_CHOICES.items()}
+#: The same as CSV text (False and None as the aggregate writes them).
+ENUM_TEXT = {name: frozenset("" if v is None else str(v) for v in values)
+             for name, values in ENUMS.items()}
+#: The highest measured limit believed, in GFLOP/s: 10 PFLOP/s, above any single device's
+#: datasheet peak at any precision this study runs (an H200's dense fp16 is about 1 PFLOP/s).
+#: No datasheet table is kept here, so this one bound holds for every device.
+MAX_GFLOPS = 1e7
+#: A limit or a training rate above this many GFLOP/s cannot be true (a 1e300 record).
+GFLOPS = Spec("number", 0, MAX_GFLOPS)
+
+
+def enum_problem(field: str, value: object) -> str | None:
+    """Why ``value`` cannot be the enumerated ``field`` (:data:`ENUMS`), or None."""
+    allowed = ENUMS.get(field)
+    if allowed is None or value in allowed:
+        return None
+    shown = ", ".join(repr(v) for v in allowed if v not in ("", None, False))
+    return f"{field} is {show(value)}, expected one of {shown}"
+
+
+SPECS["results"]["achieved_gflops"] = GFLOPS
+
 #: Fields an ok cell must have a value in (the figures its epochs give).
 OK_REQUIRED = {
     "results": ("epoch_s_median", "epoch_s_mean", "train_s_median", "total_s", "data_s",
@@ -214,66 +241,24 @@ _FLOAT = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 # ---------------------------------------------------------------------------------------------
-# Strict JSON
-class _NotJson:
-    """A token json.loads takes but JSON does not have (NaN, Infinity, -Infinity, or a
-    number too large for a float such as 1e999), kept to name it."""
-
-    def __init__(self, token: str) -> None:
-        self.token = token
-
-    def __repr__(self) -> str:
-        return self.token
+# Strict JSON (mnistbench.core.untrusted: bounded, every non-JSON number named)
+loads_lenient, not_json, loads_strict = (untrusted.loads_lenient, untrusted.not_json,
+                                         untrusted.loads_strict)
 
 
-def _parse_float(text: str) -> float | _NotJson:
-    value = float(text)
-    return value if math.isfinite(value) else _NotJson(text)
-
-
-def loads_lenient(text: str) -> object:
-    """``text`` parsed as JSON, with each non-JSON number (NaN, Infinity, -Infinity, 1e999)
-    kept as a marker that :func:`not_json` finds, so the caller can name where it was."""
-    return json.loads(text, parse_constant=_NotJson, parse_float=_parse_float)
-
-
-def not_json(data: object, path: str = "") -> list[tuple[str, str]]:
-    """(dotted path, token) of every non-JSON number in what :func:`loads_lenient` gave."""
-    if isinstance(data, _NotJson):
-        return [(path or "(the document)", data.token)]
-    found: list[tuple[str, str]] = []
-    if isinstance(data, dict):
-        for key, value in data.items():
-            found += not_json(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            found += not_json(value, f"{path}[{index}]")
-    return found
-
-
-def loads_strict(text: str) -> object:
-    """``text`` parsed as strict JSON: raises ValueError naming the first NaN, Infinity,
-    -Infinity or out-of-range number (1e999) and where it is (json.loads takes them)."""
-    data = loads_lenient(text)
-    bad = not_json(data)
-    if bad:
-        where, token = bad[0]
-        raise ValueError(f"{where} is {token}, which is not JSON (a JSON number is finite)")
-    return data
+#: The largest summary.json, measured limit or manifest read (a cell's summary is about 8 KiB).
+MAX_JSON_BYTES = 16 * 1024 * 1024
+#: The largest epochs.csv or resources.csv read (a long cell samples about 10 MiB).
+MAX_CSV_BYTES = 512 * 1024 * 1024
 
 
 def read_json_strict(path: Path) -> object:
-    """The strict JSON of the regular file at ``path`` (ValueError, or OSError, otherwise)."""
-    _require_regular(path)
-    return loads_strict(Path(path).read_text(encoding="utf-8"))
-
-
-def _require_regular(path: Path) -> None:
-    """Raise OSError when ``path`` exists but is not a regular file (opening a FIFO would
-    hang, a folder fails with a vaguer error)."""
-    mode = os.stat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise IsADirectoryError(0, f"not a regular file but {atomic.file_kind(mode)}", str(path))
+    """The strict JSON of the regular file at ``path``, read without following a symbolic
+    link at its name (:func:`mnistbench.core.untrusted.read_text_under`; ValueError, or
+    OSError naming the path, otherwise)."""
+    path = Path(path)
+    return loads_strict(untrusted.read_text_under(path.parent, path.name,
+                                                  max_bytes=MAX_JSON_BYTES))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,8 +326,11 @@ def read_cell(folder: Path) -> Cell:
     folder = Path(folder)
     path = folder / schema.SUMMARY_FILE
     try:
-        _require_regular(path)
-        data = loads_lenient(path.read_text(encoding="utf-8"))
+        data = loads_lenient(untrusted.read_text_under(folder, schema.SUMMARY_FILE,
+                                                       max_bytes=MAX_JSON_BYTES))
+    except untrusted.UnsafeFile as exc:
+        raise CellError(f"cannot read {path}: {exc.why}. A cell's summary is a regular "
+                        f"file in its folder: {FIX}.") from None
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise CellError(f"cannot read {path}: {why}. The file is corrupt or truncated: "
@@ -352,7 +340,7 @@ def read_cell(folder: Path) -> Cell:
     problems = [f"{schema.SUMMARY_FILE} {where} is {token}, which is not JSON (a JSON number "
                 "is finite)" for where, token in not_json(data)]
     bad = {tuple(where.split(".", 1)) for where, _ in not_json(data) if "." in where}
-    data = _without_markers(data)
+    data = untrusted.without_markers(data)
     version = _check_structure(path, data)
     cell = Cell(folder=folder, key=(folder.parent.parent.name, folder.parent.name, folder.name),
                 status=data["status"], reason="" if data["reason"] is None else str(data["reason"]),
@@ -362,16 +350,6 @@ def read_cell(folder: Path) -> Cell:
     read = {table: _read_rows(cell, table) for table in _CSV_FILES}
     _check_agreement(cell, epochs_read=read["epochs"])
     return cell
-
-
-def _without_markers(data: object) -> object:
-    if isinstance(data, _NotJson):
-        return None
-    if isinstance(data, dict):
-        return {k: _without_markers(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_without_markers(v) for v in data]
-    return data
 
 
 def _check_structure(path: Path, data: dict) -> int:
@@ -424,6 +402,10 @@ def _check_structure(path: Path, data: dict) -> int:
                 f"{path}: params.{key} is {value!r}, but every cell needs a {key} (with "
                 "device and precision it names the cell's series in every table and chart): "
                 f"{FIX}.")
+        problem = enum_problem(key, value)
+        if problem:
+            raise CellError(f"{path}: params.{problem}: no cell of this mnistbench can have "
+                            f"run so, and it names the cell's series in every table: {FIX}.")
     for key, low in (("batch_size", 1), ("repeat", 0)):
         value = params[key]
         if type(value) is not int or value < low:
@@ -443,8 +425,16 @@ def _check_values(cell: Cell) -> None:
                 continue
             if not spec.accepts(value):
                 cell.bad_fields.add((name, key))
-                cell.problems.append(f"{schema.SUMMARY_FILE} {name}.{key} is {_show(value)}, "
+                cell.problems.append(f"{schema.SUMMARY_FILE} {name}.{key} is {show(value)}, "
                                      f"expected {spec.expected()}")
+    for key in ENUMS:
+        value = cell.sections["params"].get(key)
+        # None: a field an older schema did not record (schema.ADDED_IN)
+        problem = (None if value is None or ("params", key) in cell.bad_fields
+                   else enum_problem(key, value))
+        if problem:
+            cell.bad_fields.add(("params", key))
+            cell.problems.append(f"{schema.SUMMARY_FILE} params.{problem}")
     if cell.status == "ok":
         for name, keys in OK_REQUIRED.items():
             for key in keys:
@@ -456,7 +446,7 @@ def _check_values(cell: Cell) -> None:
                                          "an ok cell has one")
 
 
-def _show(value: object) -> str:
+def show(value: object) -> str:
     text = json.dumps(value, allow_nan=True, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -470,8 +460,10 @@ def _read_rows(cell: Cell, table: str) -> bool:
     path = cell.folder / name
     columns = list(_TABLES[table])
     try:
-        _require_regular(path)
-        with path.open(encoding="utf-8", newline="") as handle:
+        if not (path.exists() or path.is_symlink()):
+            raise FileNotFoundError(path)
+        text = untrusted.read_text_under(cell.folder, name, max_bytes=MAX_CSV_BYTES)
+        with io.StringIO(text, newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, None)
             if header is None:
@@ -509,6 +501,9 @@ def _read_rows(cell: Cell, table: str) -> bool:
             cell.problems.append(f"{name} is missing, but an ok cell has one")
             return False
         return True
+    except untrusted.UnsafeFile as exc:
+        cell.problems.append(f"cannot read {name}: {exc.why}")
+        return False
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         cell.problems.append(f"cannot read {name}: {why}")
@@ -679,35 +674,35 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
                   f"{', '.join(unknown) or '-'}; expected {', '.join(fields)}")
     status = data["status"]
     if status not in schema.PEAK_STATUSES:
-        raise bad(f"status is {_show(status)}, expected one of "
+        raise bad(f"status is {show(status)}, expected one of "
                   f"{', '.join(schema.PEAK_STATUSES)}")
     ok = status == "ok"
     recorded = data["device"]
     if recorded not in DEVICES:
-        raise bad(f"device is {_show(recorded)}, expected one of {', '.join(DEVICES)}")
+        raise bad(f"device is {show(recorded)}, expected one of {', '.join(DEVICES)}")
     if device is not None and recorded != device:
         raise bad(f"device is {recorded!r}, but the file's name says {device!r} (a device's "
                   f"limit lives in {schema.PEAK_DIR}/{schema.peak_file(recorded)})")
     for key in ("reason", "source"):
         if not isinstance(data[key], str):
-            raise bad(f"{key} is {_show(data[key])}, expected a string")
+            raise bad(f"{key} is {show(data[key])}, expected a string")
     if ok and data["reason"]:
-        raise bad(f"status is ok but reason is {_show(data['reason'])}, expected empty")
+        raise bad(f"status is ok but reason is {show(data['reason'])}, expected empty")
     if not ok and not data["reason"].strip():
         raise bad(f"status is {status} but reason is empty; a limit not measured says why")
     if ok and not data["source"].startswith("measured"):
-        raise bad(f"status is ok but source is {_show(data['source'])}: a limit is measured "
+        raise bad(f"status is ok but source is {show(data['source'])}: a limit is measured "
                   "here (source 'measured: ...'), never taken from a datasheet")
     threads, version = data["threads"], data["torch"]
     if not (_is_count(threads, 1) or (threads is None and not ok)):
-        raise bad(f"threads is {_show(threads)}, expected a whole number 1 or more"
+        raise bad(f"threads is {show(threads)}, expected a whole number 1 or more"
                   + ("" if ok else " or null"))
     if not ((isinstance(version, str) and version.strip()) or (version is None and not ok)):
-        raise bad(f"torch is {_show(version)}, expected the PyTorch version"
+        raise bad(f"torch is {show(version)}, expected the PyTorch version"
                   + ("" if ok else " or null"))
     rows = data["rows"]
     if not isinstance(rows, list):
-        raise bad(f"rows is {_show(rows)}, expected a list")
+        raise bad(f"rows is {show(rows)}, expected a list")
     if ok and not rows:
         raise bad("status is ok but rows is empty")
     if not ok and rows:
@@ -721,17 +716,21 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
                       f"{', '.join(schema.PEAK_ROW_FIELDS)}")
         for key in ("kernel", "shape"):
             if not isinstance(row[key], str) or not row[key].strip():
-                raise bad(f"{where}.{key} is {_show(row[key])}, expected a non-empty string")
+                raise bad(f"{where}.{key} is {show(row[key])}, expected a non-empty string")
         precision = row["precision"]
         if not isinstance(precision, str) or not is_supported(recorded, precision):
-            raise bad(f"{where}.precision is {_show(precision)}, expected a precision "
+            raise bad(f"{where}.precision is {show(precision)}, expected a precision "
                       f"{recorded} runs")
         for key in ("gflops", "seconds"):
             if not _is_positive(row[key]):
-                raise bad(f"{where}.{key} is {_show(row[key])}, expected a finite number "
+                raise bad(f"{where}.{key} is {show(row[key])}, expected a finite number "
                           "above 0")
+        if row["gflops"] > MAX_GFLOPS:
+            raise bad(f"{where}.gflops is {show(row['gflops'])}, above {MAX_GFLOPS:g} "
+                      "GFLOP/s (10 PFLOP/s, more than any device's datasheet peak): no "
+                      "device measures that")
         if not _is_count(row["calls"], 1):
-            raise bad(f"{where}.calls is {_show(row['calls'])}, expected a whole number 1 or "
+            raise bad(f"{where}.calls is {show(row['calls'])}, expected a whole number 1 or "
                       "more")
         if (row["kernel"], precision) in seen:
             raise bad(f"{where} times {row['kernel']} at {precision} again (each kernel once "
@@ -748,6 +747,11 @@ def peak_files(env_folder: Path) -> list[tuple[str, Path]]:
     from mnistbench.core.devices import DEVICES
 
     folder = Path(env_folder) / schema.PEAK_DIR
+    if folder.is_symlink():
+        raise PeakError(f"{folder} is a symbolic link (to {os.readlink(folder)}), which is not "
+                        "followed: an environment's measured limits are read only where they "
+                        "lie. Move the folder it points to into its place, or remove the link "
+                        "(the workflow's peak step measures again).")
     if not folder.is_dir():
         return []
     found = []
@@ -770,8 +774,8 @@ def read_peaks(runs: Path) -> dict[tuple[str, str], Peak]:
     if not runs.is_dir():
         return {}
     peaks = {}
-    for env_folder in sorted(p for p in runs.iterdir()
-                             if p.is_dir() and not p.name.startswith(".")):
+    for env_folder in sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()
+                             and not p.name.startswith(".")):
         for device, path in peak_files(env_folder):
             peaks[(env_folder.name, device)] = read_peak(path, device)
     return peaks

@@ -1,0 +1,187 @@
+"""What ``mnistbench publish --keep-published`` keeps of the publication in ``report/``
+(:func:`kept_environments`): the environments its tables hold that ``results/runs`` does not,
+as published. The old publication is data: its files are read only inside ``report/``
+through :func:`mnistbench.core.untrusted.read_text_under` (no symbolic link followed, a size
+cap), the config files its manifest names are kept as names and never opened, its text
+values are one-line strings, and every kept row is checked again as the aggregate's are
+(:func:`mnistbench.results.rows.check_rows`). :mod:`mnistbench.publish` imports every name
+here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mnistbench.core import atomic, schema, untrusted
+from mnistbench.publish_checks import PublishError
+from mnistbench.results import aggregate, rows, validate
+
+DATA_DIR = "data"
+MANIFEST = "manifest.json"
+#: The largest file of a publication read (its report is about 2 MiB, its tables less).
+MAX_PUBLISHED_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class Kept:
+    """The environments of a publication that the next one keeps as published: their rows of
+    the three tables, their manifest entries and the config files they were checked with
+    (names only: what the publication recorded, never read again), with whether their study
+    ran through SLURM (from the published command)."""
+
+    envs: list[str]
+    summary: list[dict]
+    epochs: list[list[str]]
+    resources: list[list[str]]
+    manifest: list[dict]
+    env_configfiles: dict[str, list[str]]
+    env_configs: dict[str, dict] = field(default_factory=dict)
+
+    def merge_into(self, data: Path) -> None:
+        """Add the kept rows to the tables just aggregated into ``data``, in the order the
+        aggregate writes cells (by environment, experiment, cell)."""
+        key = len(schema.ID_COLUMNS)
+        summary = summary_rows(data / aggregate.SUMMARY_CSV) + self.summary
+        summary.sort(key=lambda r: tuple(r[c] for c in schema.ID_COLUMNS))
+        atomic.write_csv(data / aggregate.SUMMARY_CSV, schema.summary_columns(), summary)
+        for name, kept in ((aggregate.EPOCHS_CSV, self.epochs),
+                           (aggregate.RESOURCES_CSV, self.resources)):
+            header, *mine = table_rows(data / name)
+            merged = sorted(mine + kept, key=lambda r: r[:key])  # stable: epochs in order
+            aggregate.write_rows(data / name, header, merged)
+
+
+def _published_csv(report: Path, name: str) -> list[list[str]]:
+    """Every row of the publication's table ``data/NAME`` (its header first), read without
+    following a symbolic link (:func:`mnistbench.core.untrusted.read_text_under`)."""
+    text = untrusted.read_text_under(report, f"{DATA_DIR}/{name}", max_bytes=MAX_PUBLISHED_BYTES)
+    with rows.csv_fields_up_to():
+        return list(csv.reader(io.StringIO(text, newline="")))
+
+
+def kept_environments(report: Path, present: Sequence[str]) -> Kept:
+    """What ``publish --keep-published`` keeps of ``report``'s publication: every environment
+    of its tables that ``present`` (the environments under results/runs) does not name, as
+    published. Their cells cannot be checked again (their summary.json files are not here):
+    the manifest keeps what their publication's checks found, with its date and revision,
+    and every kept row is checked again as the aggregate's rows are
+    (:func:`mnistbench.results.rows.check_rows`).
+
+    The old publication is data: its files are read only inside ``report`` (no symbolic link
+    followed), and the config files its manifest names are kept as names, never opened.
+    Raises :class:`PublishError` when there is no readable publication, when its tables have
+    other columns than this mnistbench writes (measure those environments again), or when a
+    kept row cannot come from a cell."""
+    data = report / DATA_DIR
+    try:
+        old = validate.loads_strict(untrusted.read_text_under(
+            report, f"{DATA_DIR}/{MANIFEST}", max_bytes=validate.MAX_JSON_BYTES))
+        if not isinstance(old, dict):
+            raise ValueError(f"{data / MANIFEST} is not a JSON object")
+        summary_table = _published_csv(report, aggregate.SUMMARY_CSV)
+        epochs = _published_csv(report, aggregate.EPOCHS_CSV)
+        resources = _published_csv(report, aggregate.RESOURCES_CSV)
+    except untrusted.UnsafeFile as exc:
+        raise PublishError(f"--keep-published: the publication in {report} cannot be read "
+                           f"({exc}); publish without --keep-published.") from None
+    except (csv.Error, ValueError) as exc:
+        raise PublishError(f"--keep-published: the publication in {report} cannot be read "
+                           f"({exc}); publish without --keep-published.") from None
+    header = (summary_table or [[]])[0]
+    # An empty table has no header: other columns too.
+    wanted = [("summary.csv", header, list(schema.summary_columns())),
+              ("epochs.csv", (epochs or [[]])[0], aggregate.epoch_columns()),
+              ("resources.csv", (resources or [[]])[0], aggregate.resource_columns())]
+    for name, has, writes in wanted:
+        if list(has) != list(writes):
+            raise PublishError(
+                f"--keep-published: {data / name} has other columns than this mnistbench "
+                f"writes (schema {schema.SCHEMA_VERSION}): its environments cannot be kept as "
+                "they are. Measure them again, or publish without --keep-published.")
+    for name, table in (("summary.csv", summary_table), ("epochs.csv", epochs),
+                        ("resources.csv", resources)):
+        for line, row in enumerate(table[1:], start=2):
+            if len(row) != len(table[0]):
+                raise PublishError(f"--keep-published: {data / name} line {line} has "
+                                   f"{len(row)} fields, its header {len(table[0])}: the "
+                                   "publication was edited or cut short; publish without "
+                                   "--keep-published.")
+    summary = [dict(zip(header, row, strict=True)) for row in summary_table[1:]]
+    envs = sorted({row["env"] for row in summary} - set(present))
+    kept_summary = [r for r in summary if r["env"] in envs]
+    kept_epochs = [r for r in epochs[1:] if r[0] in envs]
+    try:
+        for line, entry in enumerate(summary, start=2):  # named by their lines in the file
+            if entry["env"] in envs:
+                rows.check_rows("summary", [entry], data / aggregate.SUMMARY_CSV, line)
+        for line, record in enumerate(epochs[1:], start=2):
+            if record[0] in envs:
+                rows.check_rows("epochs", [dict(zip(epochs[0], record, strict=True))],
+                                    data / aggregate.EPOCHS_CSV, line)
+    except rows.TableRowError as exc:
+        raise PublishError(f"--keep-published: {exc} Kept rows are checked at every "
+                           "publish: publish without --keep-published (or measure that "
+                           "environment again).") from None
+    checks: dict = old["checks"] if isinstance(old.get("checks"), dict) else {}
+    versions = {e.get("env"): e.get("schema_versions") or []
+                for e in old.get("environments") or [] if isinstance(e, dict)}
+    entries = []
+    for env in envs:
+        mine = {kind: [p for p in _dicts(checks.get(kind))
+                       if str(p.get("cell", "")).startswith(f"{env}/")]
+                for kind in ("missing", "failed", "stale")}
+        entries.append({"env": env, "published_at": _text(old.get("published_at")),
+                        "git_revision": _text(old.get("git_revision")),
+                        "cells": sum(row["env"] == env for row in summary),
+                        "schema_versions": [v for v in _list(versions.get(env))
+                                            if type(v) is int],
+                        "checks": {**mine, "waived": [_text(w) for w in
+                                                      _list(checks.get("waived"))],
+                                   "reason": _text(checks.get("reason"))}})
+    configs: dict = (old["env_configfiles"] if isinstance(old.get("env_configfiles"), dict)
+                     else {})
+    command = _text(old.get("command"))
+    env_configfiles, env_configs = {}, {}
+    for env in envs:
+        paths = [_text(p) for p in _list(configs.get(env)) if _text(p)]
+        if not paths:
+            continue
+        env_configfiles[env] = paths
+        # Whether its study ran through SLURM, as the published command says (its config is
+        # not read: it may lie anywhere, and it is not part of the publication).
+        slurm = any("profiles/slurm" in part and all(p in part for p in paths)
+                    for part in command.split(" && "))
+        env_configs[env] = {"slurm": {"partitions": {"published": True}}} if slurm else {}
+    return Kept(envs=envs, summary=kept_summary, epochs=kept_epochs,
+                resources=[r for r in resources[1:] if r[0] in envs], manifest=entries,
+                env_configfiles=env_configfiles, env_configs=env_configs)
+
+
+def _text(value: object) -> str:
+    """A text value of an old manifest (data from anyone who could write to report/), on one
+    line; anything else is empty."""
+    return untrusted.one_line(value) if isinstance(value, str) else ""
+
+
+def _list(value: object) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _dicts(value: object) -> list[dict]:
+    return [{k: _text(v) for k, v in item.items() if isinstance(k, str)}
+            for item in _list(value) if isinstance(item, dict)]
+
+
+def table_rows(path: Path) -> list[list[str]]:
+    """Every row of a CSV table, its header first."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.reader(handle))
+
+
+def summary_rows(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
