@@ -115,7 +115,9 @@ BLOG_LOADER = "dataloader"
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"
 NOT_CHECKABLE = "not checkable"
-VERDICTS = (CONFIRMED, CONTRADICTED, NOT_CHECKABLE)
+#: Measured, but within noise: the data can tell neither way (never "contradicted").
+NOT_DISTINGUISHABLE = "not distinguishable"
+VERDICTS = (CONFIRMED, CONTRADICTED, NOT_DISTINGUISHABLE, NOT_CHECKABLE)
 
 
 def blog_cells(summary):
@@ -381,10 +383,13 @@ def verdict_not_bottleneck(phase_seconds: list[Mapping[str, float]]) -> str:
 
 def verdict_faster(est) -> str:
     """"X speeds it up": confirmed when the interval of the speed-up lies above 1,
-    contradicted when it holds 1 or lies below, not checkable without an interval."""
+    contradicted when it lies below, not distinguishable when it holds 1 (within noise), not
+    checkable without an interval."""
     if est is None or not est.has_interval:
         return NOT_CHECKABLE
-    return CONFIRMED if est.low > 1.0 else CONTRADICTED
+    if est.low > 1.0:
+        return CONFIRMED
+    return CONTRADICTED if est.high < 1.0 else NOT_DISTINGUISHABLE
 
 
 def verdict_pays_back(runs: float, run_s: float, life_hours: float) -> str:

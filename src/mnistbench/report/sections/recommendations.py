@@ -178,7 +178,7 @@ def _cpu_levers(inputs: Inputs) -> dict:
 
     def names(chosen):
         return ", ".join(f"{r['tip']} {c['speed']}" for r, c in chosen) or "none"
-    text = (f"Use {names(good)} (speed-ups of an epoch over the blog's code); avoid "
+    text = (f"Use {names(good)} (speed-ups per sample over the blog's code); avoid "
             f"{names(bad)}" + (f"; within noise: {names(rest)}" if rest else "") + ".")
     numbers = [f"{c['verdict']}: " + line(r, c) for r, c in ranked]
     return {"title": title, "text": text, "numbers": numbers}

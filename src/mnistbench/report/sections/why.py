@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mnistbench.report import blog
+from mnistbench.report.comparison import measured_devices
 from mnistbench.report.formatting import (
     DASH,
     count,
@@ -136,7 +137,7 @@ def _limit_sentences(inputs: Inputs, summary, cells) -> list[str]:
     for env in inputs.envs:
         part = cells[cells["env"] == env]
         prefix = _on(inputs, env)
-        shown = _ordered(set(part["device"]) | {"cpu", "cuda"})
+        shown = _ordered(set(part["device"]) | ({"cpu", "cuda"} - measured_devices(summary)))
         for device in shown:
             ran = part[part["device"] == device]
             mine = ran.dropna(subset=["achieved_gflops"])
@@ -312,7 +313,10 @@ def _advice_sentences(inputs: Inputs, summary) -> list[str]:
                                      f"checked on {_the(device)}: " + "; ".join(checks) + "."))
     if gpu_envs:
         return out
-    why = gpu_absence(summary) or "no GPU cell in the sweep or scale experiments"
+    why = gpu_absence(summary) or (
+        "no machine measured both its CPU and its GPU in the sweep or scale experiments (each "
+        "device's own scaling is above)" if "cuda" in measured_devices(summary)
+        else "no GPU cell in the sweep or scale experiments")
     cpu = _scale_frame(summary)
     cpu = cpu[(cpu["device"] == "cpu") & (cpu["precision"] == BLOG_PRECISION)]
     side = ""
