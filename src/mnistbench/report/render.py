@@ -23,6 +23,7 @@ from mnistbench.core import atomic
 from mnistbench.report import charts as chart_views
 from mnistbench.report.sections import (
     blog_check,
+    caveats,
     convergence,
     costs,
     findings,
@@ -46,9 +47,9 @@ from mnistbench.results import aggregate, cost
 
 #: The modules that build the context, in the order of the page; each ``context(inputs)``
 #: returns its own keys (the charts come from :mod:`mnistbench.report.charts`).
-SECTIONS = (page, verdict, findings, headline, blog_check, training_time, phases, throughput,
-            why, convergence, resources, costs, tips, recommendations, gpu, matrix, runtimes,
-            methodology)
+SECTIONS = (page, verdict, caveats, findings, headline, blog_check, training_time, phases,
+            throughput, why, convergence, resources, costs, tips, recommendations, gpu, matrix,
+            runtimes, methodology)
 
 
 class ReportError(Exception):
