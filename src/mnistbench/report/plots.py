@@ -83,10 +83,22 @@ def _figure(height: float, width: float = WIDTH) -> Figure:
     return fig
 
 
+#: Colours of a chart's PNG: quantized to a palette of this many (median cut), which keeps
+#: the charts' lines and text and takes about 0.37x the bytes of full colour (the published
+#: study's charts: 905 KB against 2.42 MB), so the self-contained page stays light on a phone.
+PALETTE_COLOURS = 256
+
+
 def _png(fig: Figure) -> bytes:
+    from PIL import Image
+
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, facecolor="white")
-    return buffer.getvalue()
+    image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
+    out = io.BytesIO()
+    image.quantize(colors=PALETTE_COLOURS, method=Image.Quantize.MEDIANCUT).save(
+        out, format="PNG", optimize=True)
+    return out.getvalue()
 
 
 def placeholder(title: str, why: str) -> bytes:

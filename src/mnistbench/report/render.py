@@ -17,6 +17,7 @@ the templates hold prose only.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mnistbench.core import atomic
@@ -77,7 +78,29 @@ def render_html(context: dict) -> str:
 
     env = Environment(loader=PackageLoader("mnistbench.report", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(**context)
+    return anchor_headings(env.get_template("report.html.j2").render(**context))
+
+
+_HEADING = re.compile(r"<(h[234])>(.*?)</\1>", re.S)
+
+
+def anchor_headings(html: str) -> str:
+    """``html`` with an anchor on every heading (h2 to h4) that has no attributes: an ``id``
+    from its text (unique on the page) and a link to itself, so any part can be linked to."""
+    seen: set[str] = set()
+
+    def one(match: re.Match) -> str:
+        tag, inner = match.group(1), match.group(2)
+        text = re.sub(r"<[^>]+>|&[a-z#0-9]+;", " ", inner).lower()
+        slug = "-".join(re.findall(r"[a-z0-9]+", text))[:60].strip("-") or "section"
+        base, n = slug, 2
+        while slug in seen:
+            slug, n = f"{base}-{n}", n + 1
+        seen.add(slug)
+        return (f'<{tag} id="h-{slug}">{inner}<a class="anchor" href="#h-{slug}" '
+                f'aria-label="link to this heading">#</a></{tag}>')
+
+    return _HEADING.sub(one, html)
 
 
 def draw_charts(tables: aggregate.Tables) -> dict[str, bytes | None]:
