@@ -124,3 +124,21 @@ def test_one_machine_compares_like_for_like(one_machine):
     assert "not like for like" not in text
     assert "measured the CPU and the GPU of one machine" in visible(
         section_of(one_machine["html"], "gpu"))
+
+
+def test_the_three_recommendations_are_filled_when_both_devices_were_measured(two_machines,
+                                                                             one_machine):
+    """When the CPU suffices, from which batch size the GPU pays, and the break-even: computed
+    on one machine, and across machines (said so) when the devices ran on two."""
+    for study, across in ((one_machine, False), (two_machines, True)):
+        text = visible(section_of(study["html"], "recommendations"))
+        for title in ("When the CPU suffices", "From which batch size the GPU pays off",
+                      "Break-even in runs"):
+            part = text.split(title, 1)[1][:400]
+            assert not part.lstrip(" #").startswith(("Not computable", "Not measured")), \
+                (title, part)
+        assert ("across machines, not like for like: the GPU of h200 against the CPU of xeon"
+                in text) == across
+    text = visible(section_of(two_machines["html"], "recommendations"))
+    assert re.search(r"The GPU machine pays for itself after [\d,]+ runs? counting the time "
+                     r"you wait", text)

@@ -97,7 +97,7 @@ def _png(fig: Figure) -> bytes:
     image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
     out = io.BytesIO()
     image.quantize(colors=PALETTE_COLOURS, method=Image.Quantize.MEDIANCUT).save(
-        out, format="PNG", optimize=True)
+        out, format="PNG", optimize=True, dpi=(DPI, DPI))
     return out.getvalue()
 
 

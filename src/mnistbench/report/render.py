@@ -85,8 +85,10 @@ _HEADING = re.compile(r"<(h[234])>(.*?)</\1>", re.S)
 
 
 def anchor_headings(html: str) -> str:
-    """``html`` with an anchor on every heading (h2 to h4) that has no attributes: an ``id``
-    from its text (unique on the page) and a link to itself, so any part can be linked to."""
+    """``html`` with an anchor on every heading (h2 to h4) that has no attributes: right before
+    it, a link to itself with an ``id`` from the heading's text (unique on the page), its mark
+    drawn by the CSS (``a.anchor::after``), so that the heading and the page's text stay as
+    they are and any part can be linked to."""
     seen: set[str] = set()
 
     def one(match: re.Match) -> str:
@@ -97,8 +99,8 @@ def anchor_headings(html: str) -> str:
         while slug in seen:
             slug, n = f"{base}-{n}", n + 1
         seen.add(slug)
-        return (f'<{tag} id="h-{slug}">{inner}<a class="anchor" href="#h-{slug}" '
-                f'aria-label="link to this heading">#</a></{tag}>')
+        return (f'<a class="anchor" id="h-{slug}" href="#h-{slug}" '
+                f'aria-label="link to this heading"></a>{match.group(0)}')
 
     return _HEADING.sub(one, html)
 
