@@ -92,7 +92,7 @@ def anchor_headings(html: str) -> str:
     seen: set[str] = set()
 
     def one(match: re.Match) -> str:
-        tag, inner = match.group(1), match.group(2)
+        inner = match.group(2)
         text = re.sub(r"<[^>]+>|&[a-z#0-9]+;", " ", inner).lower()
         slug = "-".join(re.findall(r"[a-z0-9]+", text))[:60].strip("-") or "section"
         base, n = slug, 2
