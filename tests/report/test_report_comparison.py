@@ -8,9 +8,10 @@ import re
 
 import pytest
 
-from mnistbench.report import comparison
-from mnistbench.report.selections import with_code
-from mnistbench.results import aggregate
+from mnistbench.report import blog, comparison
+from mnistbench.report.sections import claims
+from mnistbench.report.selections import Inputs, with_code
+from mnistbench.results import aggregate, cost, stats
 from tests.report.test_report_studies import (
     results_of,
     section_of,
@@ -142,3 +143,27 @@ def test_the_three_recommendations_are_filled_when_both_devices_were_measured(tw
     text = visible(section_of(two_machines["html"], "recommendations"))
     assert re.search(r"The GPU machine pays for itself after [\d,]+ runs? counting the time "
                      r"you wait", text)
+
+
+def test_every_claim_has_its_rule_written_beside_it(two_machines):
+    """One rule per claim, on the page beside it; only the claims this study does not
+    measure have none."""
+    inputs = Inputs(two_machines["tables"], cost.load_model(None))
+    found = claims.checks(inputs)
+    untested = {title for title, _, _ in claims.UNTESTABLE}
+    for check in found:
+        rule = check["rule"]
+        assert (rule.startswith("none") if check["title"] in untested
+                else not rule.startswith("none")), check["title"]
+    page = visible(section_of(two_machines["html"], "blog"))
+    assert page.count("The rule:") == len(found)
+
+
+def test_within_noise_is_not_distinguishable():
+    """A speed-up whose interval holds 1 is "not distinguishable", never "contradicted"."""
+    def est(low, high):
+        return stats.Estimate((low + high) / 2, low, high, 2, 0.25, "range")
+
+    assert blog.verdict_faster(est(0.69, 1.48)) == blog.NOT_DISTINGUISHABLE
+    assert blog.verdict_faster(est(0.5, 0.9)) == blog.CONTRADICTED
+    assert blog.verdict_faster(est(1.1, 1.3)) == blog.CONFIRMED

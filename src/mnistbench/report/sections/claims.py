@@ -55,13 +55,82 @@ MIB_PER_GB = 1e9 / 2 ** 20
 UNTESTED = 99
 
 
+def _pct(share: float) -> str:
+    return f"{100 * share:g} %"
+
+
+#: The one rule of each claim (by the start of its title), applied alike and written beside
+#: it on the page. A figure that depends on the machine is checked only on the blog's
+#: hardware; one of the code (memory) on any machine; the blog's arithmetic on its own
+#: figures; a measured ratio by its interval, "not distinguishable" when that holds 1.
+RULES: tuple[tuple[str, str], ...] = (
+    ("The title's", "confirmed when the tables' figure, rounded to one significant figure, "
+                    "is the title's"),
+    ("The model", "confirmed when the printed layers compose (the blog's code, checked by "
+                  "arithmetic)"),
+    (as_printed(REF["speedup"], "×"),
+     "confirmed when this study's interval of the GPU/CPU speed-up holds the blog's figure, "
+     "contradicted when not; not checkable without an interval or on a data subset; a "
+     "speed-up across machines is said to be one"),
+    ("The CPU epoch", "a figure of the machine: checked only on the blog's CPU model, by the "
+                      "interval of the epoch time"),
+    ("The GPU epoch", "a figure of the machine: checked only on the blog's GPU model, by the "
+                      "interval of the epoch time"),
+    ("The speed-up column", "the blog's arithmetic: confirmed when each printed ratio is its "
+                            f"own figures divided, within {_pct(blog.ARITHMETIC_TOLERANCE)}"),
+    ("What the CPU epoch", "the blog's arithmetic: contradicted when its phases leave part of "
+                           "its epoch unexplained"),
+    ("Data loading is not", "contradicted when data loading is the longest phase of a "
+                            "training step on any device measured, confirmed when on none"),
+    ("The GPU's advantage", "confirmed when backprop has the largest CPU/GPU ratio of the "
+                            "phases (across machines: said so)"),
+    ("Single core", f"confirmed when the training process averages at most "
+                    f"{blog.SINGLE_CORE_MAX_PCT:g} % of a core on a machine of 2 cores or more"),
+    ("Memory about", "a figure of the code, not the machine: confirmed within "
+                     f"{_pct(blog.SAME_CODE_TOLERANCE)}"),
+    ("GPU utilisation", "a figure of the machine: checked only on the blog's GPU model, "
+                        "within 10 %"),
+    ("GPU memory", f"a figure of the code: confirmed within {_pct(blog.SAME_CODE_TOLERANCE)}"),
+    ("Small batches", "confirmed when the GPU's throughput over the CPU's grows from the "
+                      "smallest batch measured to the largest"),
+    ("FP16", "confirmed when the interval of the speed-up lies above 1, contradicted below, "
+             "not distinguishable when it holds 1"),
+    ("Final accuracy", "confirmed when the blog's figure lies within this study's repeats "
+                       "widened by their spread, contradicted outside"),
+    ("Best epoch", "confirmed when the blog's figure lies within this study's repeats "
+                   "widened by their spread, contradicted outside"),
+    ("Final loss", "confirmed when the blog's figure lies within this study's repeats "
+                   "widened by their spread, contradicted outside"),
+    ("The accuracy gap", "a gap within the seed-to-seed spread is no device effect; a larger "
+                         "one is confirmed when this study's device difference excludes 0"),
+    ("The blog's GPU tips", "each tip confirmed when it pays off per sample, contradicted "
+                            "when slower or costing accuracy, not distinguishable within "
+                            "noise; the claim takes the verdict most of its tips share"),
+    ("Electricity of", "the blog's arithmetic: confirmed when its printed figure is power × "
+                       f"time × price within {_pct(blog.ARITHMETIC_TOLERANCE)}"),
+    ("The electricity saving", "the blog's arithmetic, within "
+                               f"{_pct(blog.ARITHMETIC_TOLERANCE)}"),
+    ("The total cost", "contradicted: a machine's price is written off over its life of use, "
+                       "not charged to the runs"),
+    ("The GPU pays for itself", "confirmed when its break-even takes at most "
+                                f"{_pct(blog.QUICK_SHARE_OF_LIFE)} of the machines' life of "
+                                "use"),
+)
+
+
+def rule_of(title: str) -> str:
+    """The rule of the claim titled ``title`` (a claim this study cannot test: none)."""
+    return next((rule for start, rule in RULES if title.startswith(start)),
+                "none: this study does not measure it")
+
+
 def _check(title, claim, verdict, numbers, *, short="", rank=UNTESTED) -> dict:
     assert verdict in blog.VERDICTS, verdict
     numbers = numbers.strip()
     return {"title": title, "claim": claim, "verdict": verdict,
             "verdict_class": verdict.replace(" ", "-"),
             "numbers": numbers if numbers.endswith(".") else numbers + ".",
-            "short": short, "rank": rank}
+            "rule": rule_of(title), "short": short, "rank": rank}
 
 
 def _worst(verdicts) -> str:
@@ -468,9 +537,10 @@ def _memory(inputs: Inputs) -> dict:
         "Memory about 3.2 GB", claim, verdict,
         f"Here ({source}) the training process peaks at {num(gb, 2, 'GB')} "
         f"({num(rss, 3, 'MiB')}) resident, {num(gb / REF['memory_gb'], 2, '×')} the blog's; "
-        f"the same code and data take the same memory on any machine (the rule: confirmed "
+        f"the blog's recipe as far as it can run and the same data take the same memory "
+        f"on any machine (the rule: confirmed "
         f"within {num(100 * blog.SAME_CODE_TOLERANCE, 2, '%')}); the blog's figure may be the "
-        "whole system's", short=f"its {as_printed(REF['memory_gb'], 'GB')}: the same code peaks at "
+        "whole system's", short=f"its {as_printed(REF['memory_gb'], 'GB')}: its recipe peaks at "
                           f"{num(gb, 2, 'GB')} here", rank=8)
 
 
