@@ -44,7 +44,8 @@ def test_headline_matches_the_data_and_shows_the_blogs_figures(full):
     headline = visible(section_of(html, "headline"))
     assert "this project's best data held in memory" in headline  # code, loader columns
     assert "other: tuned code, DataLoader" in headline
-    assert "Code: \"the blog's code\" is the blog's code as written" in headline  # legend
+    # the legend
+    assert "Code: \"the blog's code\" is the blog's recipe as far as it can run" in headline
 
 
 def _checks(html: str) -> dict[str, tuple[str, str]]:
