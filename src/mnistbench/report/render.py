@@ -43,7 +43,7 @@ from mnistbench.report.sections import (
     verdict,
     why,
 )
-from mnistbench.report.selections import Inputs
+from mnistbench.report.selections import Inputs, headline_bars
 from mnistbench.results import aggregate, cost
 
 #: The modules that build the context, in the order of the page; each ``context(inputs)``
@@ -64,6 +64,11 @@ def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: s
     renders every chart as not drawn."""
     inputs = Inputs(tables, model, command=command, results=Path(results))
     context = chart_views.context(figures)
+    # the headline chart's alt text carries its numbers (a reader without the image, or a
+    # screen reader, gets every bar)
+    _, bars = headline_bars(inputs.summary)
+    headline = context["chart_headline"]
+    headline["alt"] = f"{headline['title']}: " + "; ".join(f"{b.label}: {b.text}" for b in bars)
     for section in SECTIONS:
         part = section.context(inputs)
         clash = context.keys() & part.keys()
