@@ -35,9 +35,12 @@ def test_every_caveat_of_a_publication_is_on_the_page(tmp_path):
     tables = aggregate.Tables(summary, tables.epochs, tables.resources)
     stale = [{"cell": f"alpha/convergence/{c}", "why": "measured by other code"}
              for c in summary["cell"].head(3)]
-    (results / caveats.MANIFEST).write_text(json.dumps(
-        {"checks": {"stale": stale, "reason": "the lent machine runs its own torch"}}))
-    text = visible(section_of(write(tables, tmp_path, results=results), "caveats"))
+    checks = {"stale": stale, "reason": "the lent machine runs its own torch"}
+    # a publication's data/ rendered again: the checks are read from the manifest beside it
+    (results / caveats.MANIFEST).write_text(json.dumps({"checks": checks}))
+    assert caveats.read_checks(results) == checks
+    text = visible(section_of(write(tables, tmp_path, results=results, checks=checks),
+                              "caveats"))
     assert ("Published stale (measured by other code than the publishing checkout's): 3 cells "
             "of alpha. Why they were published: the lent machine runs its own torch") in text
     pin = caveats.pinned().get("torch")

@@ -58,11 +58,12 @@ class ReportError(Exception):
 
 
 def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: str | None,
-                  results: Path, figures: dict[str, bytes | None] | None = None) -> dict:
+                  results: Path, figures: dict[str, bytes | None] | None = None,
+                  checks: dict | None = None) -> dict:
     """The template's flat context: every value preformatted as text (or lists of rows), each
     section's keys from its module. ``figures``: the charts' PNGs (:func:`draw_charts`); None
-    renders every chart as not drawn."""
-    inputs = Inputs(tables, model, command=command, results=Path(results))
+    renders every chart as not drawn. ``checks``: a publication's checks (the caveats)."""
+    inputs = Inputs(tables, model, command=command, results=Path(results), checks=checks)
     context = chart_views.context(figures)
     # the headline chart's alt text carries its numbers (a reader without the image, or a
     # screen reader, gets every bar)
@@ -134,15 +135,20 @@ def render_report(results: Path, out: Path, *, cost_model_path: Path | None = No
         tables = aggregate.load_tables(results)
     except aggregate.AggregateError as exc:
         raise ReportError(str(exc)) from None
+    from mnistbench.report.sections import caveats
+
     return write_report(tables, out, model=model, results=results, figures_dir=figures_dir,
-                        command=command, charts=charts)
+                        command=command, charts=charts, checks=caveats.read_checks(results))
 
 
 def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel | None = None,
                  results: Path = Path("results"), figures_dir: Path | None = None,
-                 command: str | None = None, charts: bool = True) -> Path:
+                 command: str | None = None, charts: bool = True,
+                 checks: dict | None = None) -> Path:
     """Render already loaded ``tables`` into ``out`` (and ``figures_dir``): the second half of
-    :func:`render_report`, also used on tables built in memory."""
+    :func:`render_report`, also used on tables built in memory. ``checks``: a publication's
+    checks (its manifest's), for the caveats; :func:`render_report` reads them from the
+    manifest beside the tables."""
     if figures_dir is not None and not charts:
         raise ValueError("figures_dir needs the charts: pass charts=True")
     out = Path(out)
@@ -155,7 +161,7 @@ def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel |
                           "study and `mnistbench aggregate` again.")
     figures = draw_charts(tables) if charts else None
     html = render_html(build_context(tables, model, command=command, results=Path(results),
-                                     figures=figures))
+                                     figures=figures, checks=checks))
     try:
         if figures_dir is not None:
             _write_figures(figures, Path(figures_dir))

@@ -500,6 +500,9 @@ class Inputs:
     model: cost.CostModel
     command: str | None = None
     results: Path = Path("results")
+    #: A publication's checks (its manifest's ``checks``: stale cells and why), None outside
+    #: a publication (:mod:`mnistbench.report.sections.caveats`).
+    checks: dict | None = None
 
     @cached_property
     def summary(self):

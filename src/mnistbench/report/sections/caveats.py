@@ -1,6 +1,7 @@
 """Right under the verdict: the caveats of the study, on the page and not only in the
-publication's README: cells published stale and why (the manifest's checks, where the results
-folder is a publication's ``data/``), software versions that differ from the project's pins
+publication's README: cells published stale and why (a publication's checks: what
+``mnistbench publish`` passes, or the manifest beside the tables when a publication's
+``data/`` is rendered again), software versions that differ from the project's pins
 (``envs/pip/torch.txt``, where the checkout has it) or between environments, cells measured
 from trees with uncommitted changes (a git revision ending ``-dirty``), and environments whose
 cells come from several hosts or sessions (different host names, code digests or revisions),
@@ -45,17 +46,20 @@ def pinned(path: Path = PINS) -> dict[str, str]:
     return dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#;]+)", text, re.M))
 
 
-def _manifest(results: Path) -> dict:
+def read_checks(results: Path) -> dict | None:
+    """The ``checks`` of the publication manifest in the folder ``results`` (a publication's
+    ``data/``), None where there is none."""
     try:
         data = json.loads((Path(results) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return None
+    checks = data.get("checks") if isinstance(data, dict) else None
+    return checks if isinstance(checks, dict) else None
 
 
-def _stale(results: Path) -> list[str]:
-    """The manifest's stale cells per environment and the reason they were published."""
-    checks = _manifest(results).get("checks") or {}
+def _stale(checks: dict | None) -> list[str]:
+    """A publication's stale cells per environment and the reason they were published."""
+    checks = checks or {}
     stale = checks.get("stale") or []
     if not isinstance(stale, list) or not stale:
         return []
@@ -146,6 +150,6 @@ def _sessions(inputs: Inputs) -> list[str]:
 
 def context(inputs: Inputs) -> dict:
     summary = inputs.summary
-    items = [*_stale(inputs.results), *_versions(summary), *_dirty(summary),
+    items = [*_stale(inputs.checks), *_versions(summary), *_dirty(summary),
              *_sessions(inputs)]
     return {"caveats": items}
