@@ -66,3 +66,20 @@ def test_the_published_data_renders_under_its_weight_limit(tmp_path):
                                cost_model_path=data / "cost_model.json")
     size = out.stat().st_size
     assert size < MAX_PAGE_BYTES, size
+
+
+def test_the_why_chart_draws_at_most_eight_lines():
+    """On the published data (4 environments, 20 lines before) the why chart keeps data held
+    in memory, fp32 and bf16 (and, were that still too many, one environment per hardware):
+    at most 8 lines."""
+    from mnistbench.report import plots
+    from mnistbench.results import aggregate
+
+    summary = aggregate.load_tables(ROOT / "report" / "data").summary
+    rows = summary[summary["experiment"].isin(["sweep", "scale"])
+                   & (summary["status"] == "ok") & (summary["achieved_gflops"] > 0)]
+    keys = ["env", "device", "precision", "loader"]
+    assert len(rows.drop_duplicates(keys)) > plots.MAX_SERIES
+    kept = plots.fewest_series(rows)
+    assert 0 < len(kept.drop_duplicates(keys)) <= plots.MAX_SERIES
+    assert set(kept["device"]) == {"cpu", "cuda"}
