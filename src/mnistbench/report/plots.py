@@ -83,15 +83,13 @@ def _figure(height: float, width: float = WIDTH) -> Figure:
     return fig
 
 
-#: Colours of a chart's PNG: quantized to a palette of this many (median cut), which keeps
-#: the charts' lines and text and takes about 0.37x the bytes of full colour (the published
-#: study's charts: 905 KB against 2.42 MB), so the self-contained page stays light on a phone.
+#: Colours of a chart's PNG (a median-cut palette): lines and text kept, 0.37x the bytes of
+#: full colour (the published study's charts: 905 KB against 2.42 MB), a light page.
 PALETTE_COLOURS = 256
 
 
 def _png(fig: Figure) -> bytes:
     from PIL import Image
-
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI, facecolor="white")
     image = Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")
@@ -642,10 +640,8 @@ def fewest_series(rows):
     loading's, not the device's), then fp32 and bf16 only (the precisions every device runs),
     then one environment per hardware (the one with the most cells: the others ran the same
     hardware in a container or as SLURM jobs)."""
-    keys = ["env", "device", "precision", "loader"]
-
     def lines(frame) -> int:
-        return len(frame.drop_duplicates(keys))
+        return len(frame.drop_duplicates(["env", "device", "precision", "loader"]))
     if lines(rows) > MAX_SERIES and (rows["loader"] == "resident").any():
         rows = rows[rows["loader"] == "resident"]
     if lines(rows) > MAX_SERIES and rows["precision"].isin(["fp32", "bf16"]).any():
