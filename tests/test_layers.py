@@ -44,7 +44,8 @@ THIRD_PARTY = {
     "measure": {"numpy", "torch", "torchvision", "psutil", "pynvml", "amdsmi", "PIL"},
     "launch": set(),
     "results": {"numpy", "pandas", "yaml", "jsonschema"},
-    "report": {"numpy", "pandas", "matplotlib", "seaborn", "jinja2"},
+    # PIL: matplotlib's own image library, for the charts' palette PNGs (report.plots)
+    "report": {"numpy", "pandas", "matplotlib", "seaborn", "jinja2", "PIL"},
 }
 #: Modules whose every import must be stdlib, whatever their layer allows (the workflow
 #: imports them when it plans a study).

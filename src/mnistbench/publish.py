@@ -206,9 +206,11 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
         }
         if log is not None:
             log(f"rendering {report / INDEX} from {staged}")
-        render_staged(staged, render_args, stage / INDEX)
         manifest = _manifest(staged, cells, problems, how, waived, reason, configfiles,
                              all_env_configfiles, render_args, root, kept)
+        # the page's caveats show the checks the manifest records, as they render again from
+        # the manifest beside the tables (verify)
+        render_staged(staged, render_args, stage / INDEX, checks=manifest.get("checks"))
         (stage / README).write_text(readme(manifest), encoding="utf-8")
         manifest["files"] = _checksums(staged, stage)
         atomic.write_json(staged / MANIFEST, manifest)
@@ -396,10 +398,12 @@ def render(render_args: dict, out: Path) -> Path:
                            ) from None
 
 
-def render_staged(data: Path, render_args: dict, out: Path) -> Path:
+def render_staged(data: Path, render_args: dict, out: Path, checks: dict | None = None
+                  ) -> Path:
     """Render a publication's report into ``out`` from its staged ``data`` folder, naming the
     paths it will have once in place (``render_args``): what :func:`render` gives from
-    there, so the old publication stays whole until the swap."""
+    there (``checks``: the manifest's, which :func:`render` reads beside the tables), so the
+    old publication stays whole until the swap."""
     from mnistbench.report import render as report
     from mnistbench.results import cost
 
@@ -410,7 +414,7 @@ def render_staged(data: Path, render_args: dict, out: Path) -> Path:
                                     source=str(Path(render_args["cost_model"])))
         return report.write_report(tables, Path(out), model=model,
                                    results=Path(render_args["results"]),
-                                   command=render_args["command"])
+                                   command=render_args["command"], checks=checks)
     except (aggregate.AggregateError, cost.CostError, report.ReportError) as exc:
         raise PublishError(f"the report does not render from {render_args['results']}: {exc}"
                            ) from None

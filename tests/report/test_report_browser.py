@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from mnistbench.report import charts
+from mnistbench.report import charts, plots
 from mnistbench.report import render as report
 from mnistbench.results import aggregate
 from tests.fakes import make_study, with_tips
@@ -60,8 +60,11 @@ PHONE_PROBE = """(() => {
       .map(label);
   const why = document.getElementById('why');
   const box = why ? why.getBoundingClientRect() : null;
+  const charts = Array.from(document.querySelectorAll('figure.chart img'))
+      .map(i => [i.alt.slice(0, 40), i.getBoundingClientRect().width, i.naturalWidth]);
   return {scroll_width: document.documentElement.scrollWidth, client_width: width,
           wide: wide.slice(0, 20), breaking: breaking.slice(0, 20), bare_tables: tables,
+          charts: charts,
           why: why ? {text: why.innerText.length, width: box.width, height: box.height,
                       shown: getComputedStyle(why).display !== 'none'
                              && getComputedStyle(why).visibility !== 'hidden'} : null};
@@ -416,6 +419,10 @@ def test_report_fits_a_phone(chromium, tmp_path, study):
     assert probe["scroll_width"] <= PHONE, probe
     assert probe["wide"] == [] and probe["bare_tables"] == [], probe
     assert probe["breaking"] == [], probe
+    # every chart's smallest text (8 pt, drawn at plots.DPI) is at least 10 CSS px as shown
+    assert probe["charts"], probe
+    for alt, shown, natural in probe["charts"]:
+        assert natural > 0 and 8 / 72 * plots.DPI * shown / natural >= 10, (alt, shown, natural)
     why = probe["why"]
     assert why and why["shown"] and why["text"] > 200, probe
     assert 0 < why["width"] <= PHONE and why["height"] > 0, probe

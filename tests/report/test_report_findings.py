@@ -34,7 +34,7 @@ def test_findings_state_speedup_phase_cost_accuracy_and_hardware(blogcode):
     assert re.search(r"takes [\d.,]+ Wh \([\d.,]+ EUR of electricity\) on the CPU", text)
     assert re.search(r"it costs [\d.,]+ EUR on the CPU and [\d.,]+ EUR on the GPU", text)
     assert "pays for itself after" in text
-    assert "a difference of" in text and "seed-to-seed spread measured here" in text
+    assert "a difference of" in text and "its seed-to-seed spread is" in text
     assert ("Hardware: CPU 12th Gen Intel(R) Core(TM) i7-12700K (12 cores, 20 threads); GPU "
             "NVIDIA GeForce RTX 4090, driver 570.124.06") in text
     assert "loader" not in text  # "the DataLoader", "data held in memory"

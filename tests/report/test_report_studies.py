@@ -23,7 +23,7 @@ from mnistbench.results import aggregate
 from tests.fakes import cell_id, make_study, with_load, with_tips
 
 #: Every section's id, in the page's order.
-SECTIONS = ("verdict", "findings", "headline", "blog", "time", "phases", "throughput",
+SECTIONS = ("verdict", "caveats", "findings", "headline", "blog", "time", "phases", "throughput",
             "why", "convergence", "resources", "cost", "tips", "recommendations", "gpu", "matrix",
             "runtimes", "methodology")
 #: Sections shown only when the study has their cells (issue 38's experiments), and every

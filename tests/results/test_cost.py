@@ -270,4 +270,6 @@ def test_model_rows_list_every_input():
     """as_rows() lists every top-level and per-device input for the report."""
     keys = [k for k, _, _ in _model().as_rows()]
     assert "price_per_kwh" in keys and "devices.cuda.hardware_price" in keys
-    assert len(keys) == len(cost.TOP_KEYS) - 1 + 2 * len(cost.DEVICE_KEYS)
+    # every top-level key but devices and kinds, each device's keys, one row per priced kind
+    assert len(keys) == (len(cost.TOP_KEYS) - 2 + 2 * len(cost.DEVICE_KEYS)
+                         + len(_model().kinds))

@@ -19,6 +19,13 @@ from typing import TypedDict
 
 from mnistbench.core import study
 
+#: The blog post's title, and where its text is kept (no public address is recorded: the post
+#: as published, in Chinese, and its English rendering are in the project's shared folder).
+TITLE = ("PyTorch 2.5 CNN: CPU vs GPU deployment compared, a 10x speed difference in MNIST "
+         "training")
+SOURCE = ("the post as published: shared/blog/original-zh.txt; in English, with every figure: "
+          "shared/blog/README.md")
+
 #: Every figure of the blog (another machine: not measured by this study), as printed.
 BLOG: dict[str, object] = {
     # the title: "a 10x speed difference"
@@ -133,7 +140,9 @@ BLOG_LOADER = "dataloader"
 CONFIRMED = "confirmed"
 CONTRADICTED = "contradicted"
 NOT_CHECKABLE = "not checkable"
-VERDICTS = (CONFIRMED, CONTRADICTED, NOT_CHECKABLE)
+#: Measured, but within noise: the data can tell neither way (never "contradicted").
+NOT_DISTINGUISHABLE = "not distinguishable"
+VERDICTS = (CONFIRMED, CONTRADICTED, NOT_DISTINGUISHABLE, NOT_CHECKABLE)
 
 
 def blog_cells(summary):
@@ -422,10 +431,13 @@ def verdict_not_bottleneck(phase_seconds: list[Mapping[str, float]]) -> str:
 
 def verdict_faster(est) -> str:
     """"X speeds it up": confirmed when the interval of the speed-up lies above 1,
-    contradicted when it holds 1 or lies below, not checkable without an interval."""
+    contradicted when it lies below, not distinguishable when it holds 1 (within noise), not
+    checkable without an interval."""
     if est is None or not est.has_interval:
         return NOT_CHECKABLE
-    return CONFIRMED if est.low > 1.0 else CONTRADICTED
+    if est.low > 1.0:
+        return CONFIRMED
+    return CONTRADICTED if est.high < 1.0 else NOT_DISTINGUISHABLE
 
 
 def verdict_pays_back(runs: float, run_s: float, life_hours: float) -> str:

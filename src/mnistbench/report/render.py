@@ -17,6 +17,7 @@ the templates hold prose only.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from mnistbench.core import atomic
@@ -24,6 +25,7 @@ from mnistbench.report import charts as chart_views
 from mnistbench.report.sections import (
     answer,
     blog_check,
+    caveats,
     convergence,
     costs,
     findings,
@@ -43,14 +45,14 @@ from mnistbench.report.sections import (
     verdict,
     why,
 )
-from mnistbench.report.selections import Inputs
+from mnistbench.report.selections import Inputs, headline_bars
 from mnistbench.results import aggregate, cost
 
 #: The modules that build the context, in the order of the page; each ``context(inputs)``
 #: returns its own keys (the charts come from :mod:`mnistbench.report.charts`).
-SECTIONS = (page, verdict, answer, findings, headline, blog_check, training_time, phases,
-            throughput, threads, why, convergence, resources, costs, tips, recommendations, gpu,
-            matrix, runtimes, methodology)
+SECTIONS = (page, verdict, caveats, answer, findings, headline, blog_check, training_time,
+            phases, throughput, threads, why, convergence, resources, costs, tips,
+            recommendations, gpu, matrix, runtimes, methodology)
 
 
 class ReportError(Exception):
@@ -58,12 +60,18 @@ class ReportError(Exception):
 
 
 def build_context(tables: aggregate.Tables, model: cost.CostModel, *, command: str | None,
-                  results: Path, figures: dict[str, bytes | None] | None = None) -> dict:
+                  results: Path, figures: dict[str, bytes | None] | None = None,
+                  checks: dict | None = None) -> dict:
     """The template's flat context: every value preformatted as text (or lists of rows), each
     section's keys from its module. ``figures``: the charts' PNGs (:func:`draw_charts`); None
-    renders every chart as not drawn."""
-    inputs = Inputs(tables, model, command=command, results=Path(results))
+    renders every chart as not drawn. ``checks``: a publication's checks (the caveats)."""
+    inputs = Inputs(tables, model, command=command, results=Path(results), checks=checks)
     context = chart_views.context(figures)
+    # the headline chart's alt text carries its numbers (a reader without the image, or a
+    # screen reader, gets every bar)
+    _, bars = headline_bars(inputs.summary)
+    headline = context["chart_headline"]
+    headline["alt"] = f"{headline['title']}: " + "; ".join(f"{b.label}: {b.text}" for b in bars)
     for section in SECTIONS:
         part = section.context(inputs)
         clash = context.keys() & part.keys()
@@ -78,7 +86,31 @@ def render_html(context: dict) -> str:
 
     env = Environment(loader=PackageLoader("mnistbench.report", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    return env.get_template("report.html.j2").render(**context)
+    return anchor_headings(env.get_template("report.html.j2").render(**context))
+
+
+_HEADING = re.compile(r"<(h[234])>(.*?)</\1>", re.S)
+
+
+def anchor_headings(html: str) -> str:
+    """``html`` with an anchor on every heading (h2 to h4) that has no attributes: right before
+    it, a link to itself with an ``id`` from the heading's text (unique on the page), its mark
+    drawn by the CSS (``a.anchor::after``), so that the heading and the page's text stay as
+    they are and any part can be linked to."""
+    seen: set[str] = set()
+
+    def one(match: re.Match) -> str:
+        inner = match.group(2)
+        text = re.sub(r"<[^>]+>|&[a-z#0-9]+;", " ", inner).lower()
+        slug = "-".join(re.findall(r"[a-z0-9]+", text))[:60].strip("-") or "section"
+        base, n = slug, 2
+        while slug in seen:
+            slug, n = f"{base}-{n}", n + 1
+        seen.add(slug)
+        return (f'<a class="anchor" id="h-{slug}" href="#h-{slug}" '
+                f'aria-label="link to this heading"></a>{match.group(0)}')
+
+    return _HEADING.sub(one, html)
 
 
 def draw_charts(tables: aggregate.Tables) -> dict[str, bytes | None]:
@@ -105,15 +137,20 @@ def render_report(results: Path, out: Path, *, cost_model_path: Path | None = No
         tables = aggregate.load_tables(results)
     except aggregate.AggregateError as exc:
         raise ReportError(str(exc)) from None
+    from mnistbench.report.sections import caveats
+
     return write_report(tables, out, model=model, results=results, figures_dir=figures_dir,
-                        command=command, charts=charts)
+                        command=command, charts=charts, checks=caveats.read_checks(results))
 
 
 def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel | None = None,
                  results: Path = Path("results"), figures_dir: Path | None = None,
-                 command: str | None = None, charts: bool = True) -> Path:
+                 command: str | None = None, charts: bool = True,
+                 checks: dict | None = None) -> Path:
     """Render already loaded ``tables`` into ``out`` (and ``figures_dir``): the second half of
-    :func:`render_report`, also used on tables built in memory."""
+    :func:`render_report`, also used on tables built in memory. ``checks``: a publication's
+    checks (its manifest's), for the caveats; :func:`render_report` reads them from the
+    manifest beside the tables."""
     if figures_dir is not None and not charts:
         raise ValueError("figures_dir needs the charts: pass charts=True")
     out = Path(out)
@@ -126,7 +163,7 @@ def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel |
                           "study and `mnistbench aggregate` again.")
     figures = draw_charts(tables) if charts else None
     html = render_html(build_context(tables, model, command=command, results=Path(results),
-                                     figures=figures))
+                                     figures=figures, checks=checks))
     try:
         if figures_dir is not None:
             _write_figures(figures, Path(figures_dir))

@@ -169,11 +169,12 @@ def code_short(cells) -> str:
 
 
 #: What each kind of code is, for the tables' legend.
-CODE_LEGEND = ("Code: \"the blog's code\" is the blog's code as written (the DataLoader with "
-               "a per-sample transform, its model and Adam as printed, no workers, the C "
-               "library's allocator); \"this project's best\" is data held in memory with this "
-               "project's tuned formulation of the same function; \"other\" names what else a "
-               "cell ran.")
+CODE_LEGEND = ("Code: \"the blog's code\" is the blog's recipe as far as it can run (the "
+               "DataLoader with a per-sample transform, Adam and its settings as printed, no "
+               "workers, the C library's allocator, and the network its layer sizes describe: "
+               "its printed model cannot run); \"this project's best\" is data held in "
+               "memory with this project's tuned formulation of the same function; "
+               "\"other\" names what else a cell ran.")
 
 
 # ---------------------------------------------------------------------------- columns
@@ -499,6 +500,9 @@ class Inputs:
     model: cost.CostModel
     command: str | None = None
     results: Path = Path("results")
+    #: A publication's checks (its manifest's ``checks``: stale cells and why), None outside
+    #: a publication (:mod:`mnistbench.report.sections.caveats`).
+    checks: dict | None = None
 
     @cached_property
     def summary(self):

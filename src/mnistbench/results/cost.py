@@ -161,14 +161,60 @@ class CostModel:
     target_accuracy: float
     devices: dict[str, DeviceCost]
     source: str = "built-in default"
+    #: "purchase" (write-off) or "cloud" (a kind's price per hour) and the prices per kind.
+    pricing: str = "purchase"
+    kinds: dict[str, Kind] = field(default_factory=dict)
 
     def as_rows(self) -> list[tuple[str, str, str]]:
         """(key, value, meaning) of every input, for the report."""
-        rows = [(k, str(getattr(self, k)), TOP_KEYS[k]) for k in TOP_KEYS if k != "devices"]
+        rows = [(k, str(getattr(self, k)), TOP_KEYS[k]) for k in TOP_KEYS
+                if k not in ("devices", "kinds")]
         for device, values in self.devices.items():
             rows += [(f"devices.{device}.{k}", f"{getattr(values, k):g}", v)
                      for k, v in DEVICE_KEYS.items()]
+        for name, kind in self.kinds.items():
+            rows.append((f"kinds.{name}", f"{kind.hardware_price:g} to buy, "
+                         f"{kind.cloud_per_hour:g} an hour in a cloud ({kind.date})",
+                         kind.source))
         return rows
+
+    def kind_of(self, device: str, names) -> tuple[str, Kind] | None:
+        """The priced kind of a row on ``device`` whose cells name ``names`` (GPU names): the
+        first kind whose name occurs in one of them, for the CPU the kind ``cpu``."""
+        if device == "cpu":
+            return ("cpu", self.kinds["cpu"]) if "cpu" in self.kinds else None
+        for name, kind in self.kinds.items():
+            if name != "cpu" and any(name.lower() in str(n).lower() for n in names):
+                return name, kind
+        return None
+
+    def hardware_rate(self, device: str, names=()) -> tuple[float, float, str]:
+        """(currency per hour of use, machine price, what they rest on) of a run on
+        ``device`` with GPUs ``names``: a kind's cloud price per hour when pricing is cloud
+        and the kind has one, else its machine price (or devices.*.hardware_price) written
+        off over the device's life of use."""
+        dev = self.devices[device]
+        found = self.kind_of(device, names)
+        if found is None:
+            return (dev.hardware_per_hour, dev.hardware_price,
+                    f"devices.{device}.hardware_price {dev.hardware_price:g}, written off")
+        name, kind = found
+        if self.pricing == "cloud":
+            return (kind.cloud_per_hour, kind.hardware_price,
+                    f"{name}: {kind.cloud_per_hour:g} an hour in a cloud ({kind.date})")
+        return (kind.hardware_price / (dev.life_years * dev.hours_per_year),
+                kind.hardware_price,
+                f"{name}: {kind.hardware_price:g} to buy ({kind.date}), written off")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """The prices of one kind of device, dated and sourced (see the schema's ``kinds``)."""
+
+    hardware_price: float
+    cloud_per_hour: float
+    date: str
+    source: str
 
 
 def validate(data: object, source: str = "built-in default") -> CostModel:
@@ -184,6 +230,10 @@ def validate(data: object, source: str = "built-in default") -> CostModel:
         devices={device: DeviceCost(**{k: float(v) for k, v in model["devices"][device].items()})
                  for device in COST_DEVICES},
         source=source,
+        pricing=model["pricing"],
+        kinds={name: Kind(float(k["hardware_price"]), float(k["cloud_per_hour"]),
+                          str(k["date"]), " ".join(str(k["source"]).split()))
+               for name, k in model["kinds"].items()},
     )
 
 
@@ -252,6 +302,11 @@ class CostRow:
     target_s: Figure
     target_epoch: float | None
     target_cost: Figure
+    #: what the hardware's hourly rate rests on (the kind, its price and date), the price of
+    #: the machine the run occupies, and the timed epochs of a run (for the cost per epoch)
+    hardware_note: str = ""
+    machine_price: float | None = None
+    epochs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -277,13 +332,15 @@ class CostReport:
     notes: list[str] = field(default_factory=list)
 
 
-def _rates(model: CostModel, device: str, power_w: float, seconds: float
-           ) -> tuple[float, float, float, float]:
-    """(energy Wh, electricity, hardware, waiting) of ``seconds`` at ``power_w``."""
+def _rates(model: CostModel, device: str, power_w: float, seconds: float,
+           hardware_per_hour: float | None = None) -> tuple[float, float, float, float]:
+    """(energy Wh, electricity, hardware, waiting) of ``seconds`` at ``power_w`` (the hardware
+    at ``hardware_per_hour``, by default the device's write-off)."""
     dev = model.devices[device]
     hours = seconds / 3600.0
     energy_wh = power_w * hours
-    return (energy_wh, energy_wh / 1000.0 * model.price_per_kwh, dev.hardware_per_hour * hours,
+    rate = dev.hardware_per_hour if hardware_per_hour is None else hardware_per_hour
+    return (energy_wh, energy_wh / 1000.0 * model.price_per_kwh, rate * hours,
             model.wait_value_per_hour * hours)
 
 
@@ -351,11 +408,13 @@ def compute(summary, epochs, model: CostModel) -> CostReport:
         power = float(np.median(powers))
         # the power times the measured run time: measured only when the power was
         energy_basis = MEASURED if bases == {MEASURED} else MIXED
-        energy_wh, electricity, hardware, waiting = _rates(model, device, power, run_s)
+        names = sorted({str(n) for n in group.get("gpu_name", []) if isinstance(n, str)})
+        rate, machine_price, hardware_note = model.hardware_rate(device, names)
+        energy_wh, electricity, hardware, waiting = _rates(model, device, power, run_s, rate)
         total = electricity + hardware + waiting
         target_s = float(np.median(targets))  # inf when most repeats never got there
         if math.isfinite(target_s):
-            *_, t_el, t_hw, t_wait = _rates(model, device, power, target_s)
+            *_, t_el, t_hw, t_wait = _rates(model, device, power, target_s, rate)
             target_cost = Figure(t_el + t_hw + t_wait, MIXED)
             target_epoch = float(np.median(target_epochs))
             target_time = Figure(target_s, MEASURED)
@@ -369,7 +428,10 @@ def compute(summary, epochs, model: CostModel) -> CostReport:
             electricity=Figure(electricity, energy_basis), hardware=Figure(hardware, MIXED),
             waiting=Figure(waiting, MIXED), total=Figure(total, MIXED),
             total_n=Figure(total * model.runs, MIXED), target_s=target_time,
-            target_epoch=target_epoch, target_cost=target_cost))
+            target_epoch=target_epoch, target_cost=target_cost, hardware_note=hardware_note,
+            machine_price=machine_price,
+            epochs=float(np.median([float(e) for e in group["epochs"]]))
+            if "epochs" in group else None))
     report.break_even = break_even(report.rows, model)
     if not any(r.device == "cuda" for r in report.rows):
         report.notes.append("no ok GPU (cuda) convergence cells: no GPU cost and no break-even.")
@@ -403,13 +465,19 @@ def _runs_to_break_even(extra: float, saving: float) -> float:
 
 def break_even(rows: list[CostRow], model: CostModel) -> list[BreakEven]:
     """Break-even runs per (env, loader) with both a cpu and a cuda row."""
-    extra = model.devices["cuda"].hardware_price - model.devices["cpu"].hardware_price
     table = {(r.env, r.loader, r.device): r for r in rows}
     out = []
     for env, loader in sorted({(r.env, r.loader) for r in rows}):
         cpu, gpu = table.get((env, loader, "cpu")), table.get((env, loader, "cuda"))
         if cpu is None or gpu is None:
             continue
+        # the machines' prices of the rows' kinds; none to recover when the hardware is
+        # rented by the hour (pricing: cloud)
+        extra = 0.0 if model.pricing == "cloud" else (
+            (gpu.machine_price if gpu.machine_price is not None
+             else model.devices["cuda"].hardware_price)
+            - (cpu.machine_price if cpu.machine_price is not None
+               else model.devices["cpu"].hardware_price))
         save_el = cpu.electricity.value - gpu.electricity.value
         save_all = save_el + cpu.waiting.value - gpu.waiting.value
         out.append(BreakEven(env=env, loader=loader, extra_price=extra,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mnistbench.report import blog
+from mnistbench.report import blog, comparison
 from mnistbench.report.formatting import (
     as_printed,
     count,
@@ -37,7 +37,6 @@ from mnistbench.report.selections import (
     median,
     per_epoch,
     seed_spread,
-    speedup,
 )
 
 #: The blog's reference figures (another machine), its number of trainings in the cost
@@ -90,7 +89,7 @@ class Median:
     def __call__(self, inputs: Inputs) -> str:
         cells = inputs.cells[inputs.cells["device"] == self.device]
         if cells.empty:
-            return f"no ok {self.device} cell" if self.device == "cpu" else "no GPU in this study"
+            return comparison.device_absence(inputs.summary, self.device)
         parts = []
         for (env, _, _, _), group in cells.groupby(list(RUN)):
             values = per_epoch(group, self.column) if self.per_epoch else col(group, self.column)
@@ -112,6 +111,9 @@ class EnvField:
         values = {env: ", ".join(self.fmt(v) for v in distinct(summary[summary["env"] == env],
                                                                 self.column)) or self.none
                   for env in inputs.envs}
+        if self.none != "–" and any(v != self.none for v in values.values()):
+            # a device one environment has is not "none" for the study: name those with it
+            values = {env: v for env, v in values.items() if v != self.none}
         if len(set(values.values())) == 1:
             return next(iter(values.values()))
         return "; ".join(f"{env}: {v}" for env, v in values.items())
@@ -164,17 +166,26 @@ def _row_kinds(inputs: Inputs) -> dict:
 
 def _speedups(inputs: Inputs, *, column: str = "epoch_s_median", per_epoch: bool = False) -> str:
     """This study's GPU/CPU speed-up of every environment with a GPU, loader and kind of
-    code (like for like only)."""
+    code: on one machine where it measured both devices, else across machines, labelled
+    (:mod:`mnistbench.report.comparison`)."""
     cells, speeds = inputs.cells, []
     if per_epoch:
         cells = cells.assign(**{column: cells[column] / cells["epochs"]})
     for env in envs_with_gpu(cells):
-        part = cells[cells["env"] == env]
+        part = cells[(cells["env"] == env) & (cells["device"] == "cuda")]
         for (loader, kind), group in part.groupby(["loader", CODE]):
-            est = speedup(cells, env, loader, column=column, code=kind)
+            found = next((p for p in comparison.pairs(inputs.summary, cells, code=kind,
+                                                      loader=loader) if p.gpu_env == env),
+                         None)
+            est = None if found is None else comparison.ratio(cells, found, loader, code=kind,
+                                                             column=column)
             if est is not None:
-                speeds.append(f"{_group_name(inputs, env, group)}: {ratio_phrase(est)}")
-    return "; ".join(speeds) or "no GPU in this study"
+                where = "" if found.one_machine else f" ({found.label()})"
+                speeds.append(f"{_group_name(inputs, env, group)}{where}: {ratio_phrase(est)}")
+    return "; ".join(speeds) or (
+        "no CPU and GPU cells of the same code ("
+        + "; ".join(comparison.device_absence(inputs.summary, d) for d in ("cpu", "cuda")
+                    if cells[cells["device"] == d].empty) + ")")
 
 
 def _accuracies(inputs: Inputs) -> str:
@@ -216,7 +227,7 @@ def _cpu_clock(_: Inputs) -> str:
 def _gpu_clock(inputs: Inputs) -> str:
     clocks = distinct(inputs.summary, "gpu_sm_clock_start_mhz")
     return (f"SM clock at the start of the cells: {', '.join(clocks)} MHz" if clocks
-            else "no GPU in this study")
+            else comparison.device_absence(inputs.summary, "cuda"))
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ the best epoch and the final test loss."""
 
 from __future__ import annotations
 
+from mnistbench.report import comparison
 from mnistbench.report.formatting import count, num, points, points_interval, spread
 from mnistbench.report.selections import (
     CODE,
@@ -27,16 +28,22 @@ def _loss(value) -> str:
     return num(value, 3)
 
 
-def _against_cpu(cells, env, device, loader, kind) -> str:
-    """The difference of final test accuracy from the CPU running the same code."""
+def _against_cpu(summary, cells, env, device, loader, kind) -> str:
+    """The difference of final test accuracy from the CPU running the same code: on this
+    machine, else across machines, labelled (:mod:`mnistbench.report.comparison`)."""
     if device == "cpu":
         return "–"
-    same = ((cells["env"] == env) & (cells["loader"] == loader) & (cells[CODE] == kind))
-    cpu, other = cells[same & (cells["device"] == "cpu")], cells[same & (cells["device"] == device)]
+    found = next((p for p in comparison.pairs(summary, cells, code=kind, loader=loader)
+                  if p.gpu_env == env), None) if device == "cuda" else None
+    cpu_env = found.cpu_env if found is not None else env
+    same = (cells["loader"] == loader) & (cells[CODE] == kind)
+    cpu = cells[same & (cells["env"] == cpu_env) & (cells["device"] == "cpu")]
+    other = cells[same & (cells["env"] == env) & (cells["device"] == device)]
     diff = stats.diff_ci(col(other, "final_test_acc"), col(cpu, "final_test_acc"))
     if diff is None:
-        return "no CPU cell of the same code"
-    return f"{points(diff.value)} ({points_interval(diff)})"
+        return "no CPU cell of the same code in any environment"
+    where = "" if cpu_env == env else f"; {comparison.ACROSS_MACHINES}, CPU of {cpu_env}"
+    return f"{points(diff.value)} ({points_interval(diff)}{where})"
 
 
 def _rows(summary) -> list[dict]:
@@ -49,7 +56,7 @@ def _rows(summary) -> list[dict]:
             "code": code_short(group), "n": str(len(group)),
             "final_acc": spread(col(group, "final_test_acc"), _accuracy),
             "seed": "–" if seed is None else points(seed, False),
-            "vs_cpu": _against_cpu(cells, env, device, loader, kind),
+            "vs_cpu": _against_cpu(summary, cells, env, device, loader, kind),
             "best_acc": spread(col(group, "best_test_acc"), _accuracy),
             "best_epoch": spread(col(group, "best_epoch"), count),
             "final_loss": spread(col(group, "final_test_loss"), _loss),

@@ -17,7 +17,7 @@ from mnistbench.report.selections import (
     loader_name,
     waiting_share,
 )
-from mnistbench.results.cost import CostReport, Figure
+from mnistbench.results.cost import MIXED, CostReport, Figure
 
 #: The share of a run's cost above which the report says that waiting dominates it.
 WAITING_DOMINATES = 0.5
@@ -35,8 +35,18 @@ def _figure(figure: Figure, kind: str, currency: str) -> dict:
 
 
 #: The figures of a row whose basis the table names, per column.
-FIGURES = ("run", "energy", "electricity", "hardware", "waiting", "total", "total_n", "target",
-           "target_cost")
+FIGURES = ("run", "energy", "electricity", "hardware", "machine", "per_epoch", "waiting",
+           "total", "total_n", "target", "target_cost")
+
+
+def _machine(r) -> tuple[Figure, Figure]:
+    """(the machine's cost of a run: electricity + hardware, without the waiting; the same
+    per timed epoch)."""
+    if r.electricity.value is None or r.hardware.value is None:
+        return Figure(None, MIXED), Figure(None, MIXED)
+    run = r.electricity.value + r.hardware.value
+    epoch = run / r.epochs if r.epochs else None
+    return Figure(run, MIXED), Figure(epoch, MIXED)
 
 
 def _rows(result: CostReport, currency: str, codes: dict) -> list[dict]:
@@ -50,6 +60,8 @@ def _rows(result: CostReport, currency: str, codes: dict) -> list[dict]:
             "run": fig(r.run_s, "seconds"), "energy": fig(r.energy_wh, "energy"),
             "energy_note": r.energy_note, "electricity": fig(r.electricity),
             "hardware": fig(r.hardware), "waiting": fig(r.waiting),
+            "machine": fig(_machine(r)[0]), "per_epoch": fig(_machine(r)[1]),
+            "hardware_note": r.hardware_note,
             "total": fig(r.total), "total_n": fig(r.total_n),
             "target": fig(r.target_s, "seconds"),
             "target_epoch": count(r.target_epoch),
@@ -121,6 +133,8 @@ def context(inputs: Inputs) -> dict:
                  if codes.get((b.env, "cpu", b.loader)) == codes.get((b.env, "cuda", b.loader))]
     rows = _rows(result, currency, codes)
     energy = sorted({(r.device, r.energy_note) for r in result.rows})
+    used = sorted({r.hardware_note for r in result.rows if r.hardware_note})
+    kinds = sorted({note.split(":", 1)[0] for note in used} & set(model.kinds))
     return {
         "currency": currency,
         "cost_runs": str(model.runs),
@@ -136,5 +150,12 @@ def context(inputs: Inputs) -> dict:
         "cost_notes": _notes(result),
         "cost_inputs": [{"key": k, "value": v, "meaning": m} for k, v, m in model.as_rows()],
         "cost_energy_notes": [f"{device}: {note}" for device, note in energy],
+        "cost_pricing": (f"Hardware: {'; '.join(used) or 'no run'} (pricing: {model.pricing}; "
+                         + ("set pricing: cloud in the cost model for each kind's cloud price "
+                            "per hour instead" if model.pricing == "purchase" else
+                            "set pricing: purchase for the machines' prices written off "
+                            "instead") + ")."),
+        "cost_price_sources": [f"{name} ({model.kinds[name].date}): {model.kinds[name].source}"
+                               for name in kinds],
     }
 

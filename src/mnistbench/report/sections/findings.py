@@ -179,13 +179,14 @@ def _accuracy(inputs: Inputs, cells, env) -> str | None:
     part = cells[(cells["env"] == env) & (cells["experiment"] == "convergence")]
     if part.empty:
         return None
-    spread = seed_spread(part)
-    spread_text = ("one repeat per cell, so no seed-to-seed spread" if spread is None
-                   else f"the seed-to-seed spread measured here is {points(spread, False)}")
     loader = blog_loader_first(part["loader"])[0]
     same = part[part["loader"] == loader]
     kind = sorted(set(same[CODE]))[0]
     same = same[same[CODE] == kind]
+    # the spread of the code and loader the sentence is about, not of another code's cells
+    spread = seed_spread(same)
+    spread_text = ("one repeat per cell, so no seed-to-seed spread" if spread is None
+                   else f"its seed-to-seed spread is {points(spread, False)}")
     cpu, gpu = same[same["device"] == "cpu"], same[same["device"] == "cuda"]
     where = f"{code_phrase(same)}{_on(inputs, env)}"
     if not cpu.empty and not gpu.empty:

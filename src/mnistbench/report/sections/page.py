@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from mnistbench import __version__
 from mnistbench.core import schema
+from mnistbench.report import blog
 from mnistbench.report.formatting import plural, readable_command
 from mnistbench.report.selections import BUSY_SHARE_PCT, SETTINGS, Inputs, with_tip
 
@@ -32,4 +33,6 @@ def context(inputs: Inputs) -> dict:
                           for s in schema.STATUSES],
         "repeats": plural(f"{fewest}" if fewest == most else f"{fewest}–{most}", "repeat"),
         "busy_share": f"{BUSY_SHARE_PCT} %",
+        "blog_title": f"\u201c{blog.TITLE}\u201d",
+        "blog_source": blog.SOURCE,
     }

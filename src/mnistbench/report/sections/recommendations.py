@@ -7,8 +7,9 @@ and the break-even in runs, each with the numbers behind it."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
-from mnistbench.report import blog
+from mnistbench.report import blog, comparison
 from mnistbench.report.formatting import count, money, num, ratio_phrase, runs, seconds
 from mnistbench.report.sections import tips as tips_section
 from mnistbench.report.selections import (
@@ -37,16 +38,16 @@ def _assumed_hourly(model: cost.CostModel, device: str) -> float:
             + model.wait_value_per_hour)
 
 
-def _cpu_suffices(result: cost.CostReport, be, currency: str) -> dict:
+def _cpu_suffices(result: cost.CostReport, chosen, currency: str) -> dict:
     title = "When the CPU suffices"
-    if be is None:
+    if chosen is None:
         return {"title": title,
                 "text": "Not computable from this study: it needs ok convergence cells on "
-                        "both the CPU and the GPU.",
+                        "both the CPU and the GPU (in any environment).",
                 "numbers": list(result.notes) or ["no break-even"]}
-    rows = {(r.env, r.device, r.loader): r for r in result.rows}
-    cpu, gpu = rows[(be.env, "cpu", be.loader)], rows[(be.env, "cuda", be.loader)]
-    numbers = [f"a run takes {seconds(cpu.run_s.value)} on the CPU and "
+    be, cpu, gpu, scope = chosen
+    numbers = [*([scope] if scope else []),
+               f"a run takes {seconds(cpu.run_s.value)} on the CPU and "
                f"{seconds(gpu.run_s.value)} on the GPU ({loader_phrase(be.loader)})",
                f"a run costs {money(cpu.total.value, currency)} on the CPU and "
                f"{money(gpu.total.value, currency)} on the GPU (electricity, hardware, "
@@ -70,8 +71,9 @@ def _cpu_suffices(result: cost.CostReport, be, currency: str) -> dict:
     return {"title": title, "text": text, "numbers": numbers}
 
 
-def _break_even(be, model: cost.CostModel, multi_env: bool) -> dict:
+def _break_even(chosen, model: cost.CostModel, multi_env: bool) -> dict:
     title, currency = "Break-even in runs", model.currency
+    be, scope = (None, "") if chosen is None else (chosen[0], chosen[3])
     if be is None:
         extra = model.devices["cuda"].hardware_price - model.devices["cpu"].hardware_price
         return {"title": title,
@@ -84,7 +86,9 @@ def _break_even(be, model: cost.CostModel, multi_env: bool) -> dict:
             "numbers": [f"extra price {money(be.extra_price, currency)}",
                         f"saving per run: {money(be.saving_with_waiting, currency)} with "
                         f"waiting, {money(be.saving_electricity, currency)} in electricity",
-                        loader_phrase(be.loader) + (f", {be.env}" if multi_env else "")]}
+                        loader_phrase(be.loader) + (f", {be.env}" if multi_env and not scope
+                                                    else ""),
+                        *([scope] if scope else [])]}
 
 
 def _batch(summary, result: cost.CostReport, model: cost.CostModel) -> dict:
@@ -98,53 +102,61 @@ def _batch(summary, result: cost.CostReport, model: cost.CostModel) -> dict:
                                                     else "no CPU fp32 sweep cells"]}
     currency = model.currency
     rows = {(r.env, r.device, r.loader): r for r in result.rows}
-    for env in sorted(set(gpu["env"]) & set(cpu["env"])):
-        for loader in blog_loader_first(set(gpu["loader"]) & set(cpu["loader"])):
-            c_row, g_row = rows.get((env, "cpu", loader)), rows.get((env, "cuda", loader))
-            if c_row is not None and g_row is not None and _hourly(c_row) and _hourly(g_row):
-                c_rate, g_rate, basis = _hourly(c_row), _hourly(g_row), "this study's runs"
-            else:
-                c_rate, g_rate = _assumed_hourly(model, "cpu"), _assumed_hourly(model, "cuda")
-                basis = "the cost model's assumed powers"
-            need = g_rate / c_rate
+    # the devices of one machine first, then across machines (labelled); the blog's loader
+    # first
+    fp32 = sweep[sweep["precision"] == "fp32"]
+    pairs = sorted(((p, loader) for loader in set(gpu["loader"]) & set(cpu["loader"])
+                    for p in comparison.pairs(summary, fp32, loader=loader)),
+                   key=lambda item: (not item[0].one_machine, item[1] != blog.BLOG_LOADER,
+                                     item[0].gpu_env, item[1]))
+    for found_pair, loader in pairs:
+        env, cpu_env = found_pair.gpu_env, found_pair.cpu_env
+        c_row, g_row = rows.get((cpu_env, "cpu", loader)), rows.get((env, "cuda", loader))
+        if c_row is not None and g_row is not None and _hourly(c_row) and _hourly(g_row):
+            c_rate, g_rate, basis = _hourly(c_row), _hourly(g_row), "this study's runs"
+        else:
+            c_rate, g_rate = _assumed_hourly(model, "cpu"), _assumed_hourly(model, "cuda")
+            basis = "the cost model's assumed powers"
+        need = g_rate / c_rate
 
-            def pick(frame, env=env, loader=loader):
-                return frame[(frame["env"] == env) & (frame["loader"] == loader)]
-            on_cpu, on_gpu = pick(cpu), pick(gpu)
-            batches = sorted(set(on_cpu["batch_size"]) & set(on_gpu["batch_size"]))
-            if not batches:
-                continue
-            ests = {b: stats.ratio_ci(col(on_gpu[on_gpu["batch_size"] == b], "samples_per_s"),
-                                      col(on_cpu[on_cpu["batch_size"] == b], "samples_per_s"))
-                    for b in batches}
-            start = None
-            for batch in reversed(batches):
-                est = ests[batch]
-                if est is not None and (est.low if est.has_interval else est.value) > need:
-                    start = batch
-                else:
-                    break
-            numbers = [f"an hour costs {money(g_rate, currency)} on the GPU and "
-                       f"{money(c_rate, currency)} on the CPU ({basis}), so the GPU must "
-                       f"be {num(need, 3, '×')} faster to cost less per sample"]
-            numbers += [f"batch {count(b)}: {ratio_phrase(e)}" for b, e in ests.items()]
-            on_env = f", {env}" if summary["env"].nunique() > 1 else ""
-            where = f" ({loader_phrase(loader)}, fp32{on_env})"
-            if start is None:
-                best = max(ests, key=lambda b: ests[b].value if ests[b] else 0)
-                text = (f"At no batch size measured ({count(batches[0])}–{count(batches[-1])})"
-                        f"{where} is the GPU fast enough to pay for its dearer hour: it needs "
-                        f"{num(need, 3, '×')}, the best is {ratio_phrase(ests[best])} at batch "
-                        f"{count(best)}.")
-            elif start == batches[0]:
-                text = (f"The GPU pays off at every batch size measured{where}, from "
-                        f"{count(start)}: its speed-up exceeds the {num(need, 3, '×')} its "
-                        "dearer hour needs.")
+        def pick(frame, env, loader=loader):
+            return frame[(frame["env"] == env) & (frame["loader"] == loader)]
+        on_cpu, on_gpu = pick(cpu, cpu_env), pick(gpu, env)
+        batches = sorted(set(on_cpu["batch_size"]) & set(on_gpu["batch_size"]))
+        if not batches:
+            continue
+        ests = {b: stats.ratio_ci(col(on_gpu[on_gpu["batch_size"] == b], "samples_per_s"),
+                                  col(on_cpu[on_cpu["batch_size"] == b], "samples_per_s"))
+                for b in batches}
+        start = None
+        for batch in reversed(batches):
+            est = ests[batch]
+            if est is not None and (est.low if est.has_interval else est.value) > need:
+                start = batch
             else:
-                text = (f"The GPU pays off from batch size {count(start)}{where}: from there "
-                        f"its speed-up ({ratio_phrase(ests[start])}) exceeds the "
-                        f"{num(need, 3, '×')} its dearer hour needs.")
-            return {"title": title, "text": text, "numbers": numbers}
+                break
+        numbers = [f"an hour costs {money(g_rate, currency)} on the GPU and "
+                   f"{money(c_rate, currency)} on the CPU ({basis}), so the GPU must "
+                   f"be {num(need, 3, '×')} faster to cost less per sample"]
+        numbers += [f"batch {count(b)}: {ratio_phrase(e)}" for b, e in ests.items()]
+        on_env = (f", {env}" if found_pair.one_machine else f"; {found_pair.label()}") \
+            if summary["env"].nunique() > 1 else ""
+        where = f" ({loader_phrase(loader)}, fp32{on_env})"
+        if start is None:
+            best = max(ests, key=lambda b: ests[b].value if ests[b] else 0)
+            text = (f"At no batch size measured ({count(batches[0])}–{count(batches[-1])})"
+                    f"{where} is the GPU fast enough to pay for its dearer hour: it needs "
+                    f"{num(need, 3, '×')}, the best is {ratio_phrase(ests[best])} at batch "
+                    f"{count(best)}.")
+        elif start == batches[0]:
+            text = (f"The GPU pays off at every batch size measured{where}, from "
+                    f"{count(start)}: its speed-up exceeds the {num(need, 3, '×')} its "
+                    "dearer hour needs.")
+        else:
+            text = (f"The GPU pays off from batch size {count(start)}{where}: from there "
+                    f"its speed-up ({ratio_phrase(ests[start])}) exceeds the "
+                    f"{num(need, 3, '×')} its dearer hour needs.")
+        return {"title": title, "text": text, "numbers": numbers}
     return {"title": title, "text": "Not measured: no batch size ran on both devices with the "
             "same loader.", "numbers": ["–"]}
 
@@ -178,7 +190,7 @@ def _cpu_levers(inputs: Inputs) -> dict:
 
     def names(chosen):
         return ", ".join(f"{r['tip']} {c['speed']}" for r, c in chosen) or "none"
-    text = (f"Use {names(good)} (speed-ups of an epoch over the blog's code); avoid "
+    text = (f"Use {names(good)} (speed-ups per sample over the blog's code); avoid "
             f"{names(bad)}" + (f"; within noise: {names(rest)}" if rest else "") + ".")
     numbers = [f"{c['verdict']}: " + line(r, c) for r, c in ranked]
     return {"title": title, "text": text, "numbers": numbers}
@@ -235,13 +247,36 @@ def _bf16(inputs: Inputs) -> dict:
     return {"title": title, "text": text, "numbers": numbers}
 
 
+def _chosen_break_even(inputs: Inputs):
+    """(break-even, CPU cost row, GPU cost row, scope) of the comparison the section makes: on
+    one machine where one measured both devices (the blog's loader first), else the same
+    loader across machines (:mod:`mnistbench.report.comparison`), its scope said; None when
+    no environment has a CPU or a GPU cost row."""
+    result, model = inputs.cost_report, inputs.model
+    rows = {(r.env, r.device, r.loader): r for r in result.rows}
+    ranked = sorted(result.break_even, key=lambda b: (b.loader != blog.BLOG_LOADER, b.env))
+    if ranked:
+        be = ranked[0]
+        return be, rows[(be.env, "cpu", be.loader)], rows[(be.env, "cuda", be.loader)], ""
+    cells = ok(inputs.summary, "convergence")
+    for loader in blog_loader_first(set(r.loader for r in result.rows)):
+        for found in comparison.pairs(inputs.summary, cells, loader=loader):
+            cpu, gpu = rows.get((found.cpu_env, "cpu", loader)), rows.get(
+                (found.gpu_env, "cuda", loader))
+            if cpu is None or gpu is None:
+                continue
+            both = cost.break_even([replace(cpu, env=found.gpu_env), gpu], model)
+            if both:
+                return both[0], cpu, gpu, found.label()
+    return None
+
+
 def recommendations(inputs: Inputs) -> list[dict]:
     """Each recommendation with the numbers behind it."""
     result, model = inputs.cost_report, inputs.model
-    ranked = sorted(result.break_even, key=lambda b: (b.loader != blog.BLOG_LOADER, b.env))
-    be = ranked[0] if ranked else None
-    return [_cpu_levers(inputs), _bf16(inputs), _cpu_suffices(result, be, model.currency),
-            _batch(inputs.summary, result, model), _break_even(be, model, inputs.multi_env)]
+    chosen = _chosen_break_even(inputs)
+    return [_cpu_levers(inputs), _bf16(inputs), _cpu_suffices(result, chosen, model.currency),
+            _batch(inputs.summary, result, model), _break_even(chosen, model, inputs.multi_env)]
 
 
 def context(inputs: Inputs) -> dict:

@@ -46,7 +46,7 @@ def _tip_cell(device, rule, base, group, spread) -> dict:
     if not_applicable:
         measured = ""
         if group is not None and not group.empty:
-            est = stats.ratio_ci(col(base, "epoch_s_median"), col(group, "epoch_s_median"))
+            est = per_sample_speedup(base, group)
             if est is not None:
                 measured = f" (measured anyway: {ratio_phrase(est)})"
         return {**empty, "verdict": "n/a", "cls": "na", "note": not_applicable + measured}
@@ -69,20 +69,61 @@ def _tip_cell(device, rule, base, group, spread) -> dict:
                 "acc": f"{num(acc, 4, '%')}" + ("" if spread is None else
                                                 f" (seed spread {points(spread, False)})"),
                 "busy": busy_note(ran)}
-    est = stats.ratio_ci(col(quiet_base, "epoch_s_median"), col(quiet, "epoch_s_median"))
+    est = per_sample_speedup(quiet_base, quiet)
     diff = stats.diff_ci(col(quiet, "final_test_acc"), col(quiet_base, "final_test_acc"))
-    verdict = blog.tip_verdict(est, None if diff is None else -diff.value, spread)
+    basis, unequal = accuracy_basis(quiet_base, quiet)
+    verdict = blog.tip_verdict(est, None if diff is None or unequal else -diff.value, spread)
     acc = "–"
     if diff is not None:
         acc = points(diff.value)
-        if spread is not None:
+        if spread is not None and not unequal:
             acc += (" (within the seed spread)" if abs(diff.value) <= spread
                     else f" (beyond the seed spread of {points(spread, False)})")
+        acc += f", {basis}"
     speed, speed_ci = ratio_parts(est)
     return {**empty, "span": False, "speed": speed, "ci": speed_ci, "acc": acc,
             "verdict": verdict, "cls": VERDICT_CLASS.get(verdict, "na"),
             "busy": busy_note(ran), "est": est,
             "bf16_path": ", ".join(distinct(ran, "bf16_path"))}
+
+
+def per_sample_speedup(base, tip):
+    """A tip's speed-up over the baseline per sample: the tip's median samples/s over the
+    baseline's (so a tip that changes the batch, and with it the work of a run, is compared
+    at equal work); the baseline's epoch time over the tip's where a side has no throughput
+    recorded (older summaries)."""
+    est = stats.ratio_ci(col(tip, "samples_per_s"), col(base, "samples_per_s"))
+    if est is None:
+        est = stats.ratio_ci(col(base, "epoch_s_median"), col(tip, "epoch_s_median"))
+    return est
+
+
+def _work(cells) -> tuple[float | None, float | None]:
+    """(median optimizer steps, median training samples) of a run of ``cells``."""
+    steps = [s * e for s, e in zip(col(cells, "steps_per_epoch"), col(cells, "epochs"),
+                                   strict=False)]
+    batch = median(col(cells, "batch_size"))
+    step = median(steps)
+    return step, (None if step is None or batch is None else step * batch)
+
+
+def accuracy_basis(base, tip) -> tuple[str, bool]:
+    """(how a tip's accuracy is compared with the baseline's, whether the runs did unequal
+    work): "at equal steps and samples", "at equal steps", "at equal samples", or "not
+    comparable: 1 step of 16,384 samples against 40 steps of 5,120" (then the accuracy
+    change is no verdict)."""
+    (b_steps, b_samples), (t_steps, t_samples) = _work(base), _work(tip)
+    if None in (b_steps, b_samples, t_steps, t_samples):
+        return "work of the runs not recorded", False
+    same_steps, same_samples = b_steps == t_steps, b_samples == t_samples
+    if same_steps and same_samples:
+        return "at equal steps and samples", False
+    if same_steps:
+        return "at equal steps", False
+    if same_samples:
+        return "at equal samples", False
+    return (f"not comparable: {plural(count(t_steps), 'step')} of {int(t_samples):,} samples "
+            f"against {plural(count(b_steps), 'step')} of {int(b_samples):,}"), True
 
 
 def tips_table(summary):

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mnistbench.report import blog
+from mnistbench.report.comparison import measured_devices
 from mnistbench.report.formatting import (
     DASH,
     count,
@@ -138,7 +139,7 @@ def _limit_sentences(inputs: Inputs, summary, cells) -> list[str]:
     for env in inputs.envs:
         part = cells[cells["env"] == env]
         prefix = on_env(inputs, env)
-        shown = ordered_devices(set(part["device"]) | {"cpu", "cuda"})
+        shown = ordered_devices(set(part["device"]) | ({"cpu", "cuda"} - measured_devices(summary)))
         for device in shown:
             ran = part[part["device"] == device]
             mine = ran.dropna(subset=["achieved_gflops"])
@@ -315,7 +316,10 @@ def _advice_sentences(inputs: Inputs, summary) -> list[str]:
                                     + "; ".join(checks) + "."))
     if gpu_envs:
         return out
-    why = gpu_absence(summary) or "no GPU cell in the sweep or scale experiments"
+    why = gpu_absence(summary) or (
+        "no machine measured both its CPU and its GPU in the sweep or scale experiments (each "
+        "device's own scaling is above)" if "cuda" in measured_devices(summary)
+        else "no GPU cell in the sweep or scale experiments")
     cpu = scale_frame(summary)
     cpu = cpu[(cpu["device"] == "cpu") & (cpu["precision"] == BLOG_PRECISION)]
     side = ""

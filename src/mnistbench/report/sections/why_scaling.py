@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mnistbench.report import blog
+from mnistbench.report.comparison import measured_devices
 from mnistbench.report.formatting import (
     DASH,
     TableIntervals,
@@ -194,7 +195,8 @@ def fixed_sentences(inputs: Inputs, summary, fits: list[Fit]) -> list[str]:
     for env in inputs.envs:
         prefix = on_env(inputs, env)
         mine = [f for f in fits if f.env == env]
-        for device in ordered_devices({f.device for f in mine} | {"cpu", "cuda"}):
+        for device in ordered_devices({f.device for f in mine}
+                                       | ({"cpu", "cuda"} - measured_devices(summary))):
             on_device = [f for f in mine if f.device == device]
             if not on_device:
                 why = (gpu_absence(summary[summary["env"] == env]) if device == "cuda"
