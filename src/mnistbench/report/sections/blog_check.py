@@ -177,8 +177,9 @@ def _speedups(inputs: Inputs, *, column: str = "epoch_s_median", per_epoch: bool
             found = next((p for p in comparison.pairs(inputs.summary, cells, code=kind,
                                                       loader=loader) if p.gpu_env == env),
                          None)
-            est = None if found is None else comparison.ratio(cells, found, loader, code=kind,
-                                                             column=column)
+            if found is None:
+                continue
+            est = comparison.ratio(cells, found, loader, code=kind, column=column)
             if est is not None:
                 where = "" if found.one_machine else f" ({found.label()})"
                 speeds.append(f"{_group_name(inputs, env, group)}{where}: {ratio_phrase(est)}")

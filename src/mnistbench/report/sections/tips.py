@@ -73,15 +73,15 @@ def _tip_cell(device, rule, base, group, spread) -> dict:
     diff = stats.diff_ci(col(quiet, "final_test_acc"), col(quiet_base, "final_test_acc"))
     basis, unequal = accuracy_basis(quiet_base, quiet)
     verdict = blog.tip_verdict(est, None if diff is None or unequal else -diff.value, spread)
-    acc = "–"
+    acc_text = "–"
     if diff is not None:
-        acc = points(diff.value)
+        acc_text = points(diff.value)
         if spread is not None and not unequal:
-            acc += (" (within the seed spread)" if abs(diff.value) <= spread
-                    else f" (beyond the seed spread of {points(spread, False)})")
-        acc += f", {basis}"
+            acc_text += (" (within the seed spread)" if abs(diff.value) <= spread
+                         else f" (beyond the seed spread of {points(spread, False)})")
+        acc_text += f", {basis}"
     speed, speed_ci = ratio_parts(est)
-    return {**empty, "span": False, "speed": speed, "ci": speed_ci, "acc": acc,
+    return {**empty, "span": False, "speed": speed, "ci": speed_ci, "acc": acc_text,
             "verdict": verdict, "cls": VERDICT_CLASS.get(verdict, "na"),
             "busy": busy_note(ran), "est": est,
             "bf16_path": ", ".join(distinct(ran, "bf16_path"))}
@@ -113,7 +113,7 @@ def accuracy_basis(base, tip) -> tuple[str, bool]:
     comparable: 1 step of 16,384 samples against 40 steps of 5,120" (then the accuracy
     change is no verdict)."""
     (b_steps, b_samples), (t_steps, t_samples) = _work(base), _work(tip)
-    if None in (b_steps, b_samples, t_steps, t_samples):
+    if b_steps is None or b_samples is None or t_steps is None or t_samples is None:
         return "work of the runs not recorded", False
     same_steps, same_samples = b_steps == t_steps, b_samples == t_samples
     if same_steps and same_samples:
