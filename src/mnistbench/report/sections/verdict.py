@@ -167,6 +167,7 @@ def context(inputs: Inputs) -> dict:
         "verdict_tally": (f"The blog's {len(found)} claims, checked here: "
                           f"{tally[blog.CONFIRMED]} confirmed, "
                           f"{tally[blog.CONTRADICTED]} contradicted, "
+                          f"{tally[blog.NOT_DISTINGUISHABLE]} not distinguishable, "
                           f"{tally[blog.NOT_CHECKABLE]} not checkable. The strongest:"),
         "verdict_strongest": [f"{c['verdict']}: {c['short']}"
                               for c in claims.strongest(found)],
