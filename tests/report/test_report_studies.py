@@ -29,7 +29,7 @@ SECTIONS = ("verdict", "caveats", "findings", "headline", "blog", "time", "phase
 #: Sections shown only when the study has their cells (issue 38's experiments), and every
 #: partial the page includes, in its order.
 OPTIONAL_SECTIONS = ("answer", "threads")
-PARTIALS = ("verdict", "answer", "findings", "headline", "blog", "time", "phases", "throughput",
+PARTIALS = ("verdict", "caveats", "answer", "findings", "headline", "blog", "time", "phases", "throughput",
             "threads", "why", "convergence", "resources", "cost", "tips", "recommendations",
             "gpu", "matrix", "runtimes", "methodology")
 HOSTILE = "<script>alert('x')</script> & \"quotes\""

@@ -40,8 +40,9 @@ def test_the_verdict_box_with_a_gpu(blogcode):
     found = claims.checks(inputs)
     tally = claims.tally(found)
     assert (f"The blog's {len(found)} claims, checked here: {tally[blog.CONFIRMED]} confirmed, "
-            f"{tally[blog.CONTRADICTED]} contradicted, {tally[blog.NOT_CHECKABLE]} not "
-            "checkable") in box
+            f"{tally[blog.CONTRADICTED]} contradicted, {tally[blog.NOT_DISTINGUISHABLE]} not "
+            f"distinguishable, {tally[blog.NOT_CHECKABLE]} not checkable") in box
+    assert sum(tally.values()) == len(found)
     strongest = claims.strongest(found)
     assert len(strongest) == 3 and all(c["verdict"] != blog.NOT_CHECKABLE for c in strongest)
     for check in strongest:

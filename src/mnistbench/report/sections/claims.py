@@ -583,7 +583,7 @@ def _gpu_util(inputs: Inputs) -> dict:
                       "%.", blog.NOT_CHECKABLE,
                       f"Measured here on another GPU ({', '.join(names)}; the rule: a figure "
                       f"that depends on the machine, like the epoch times, is checked only on "
-                      f"the blog's {REF['gpu']}): "
+                      f"the blog's {blog.BLOG['gpu']}): "
                       + _peak(median(col(cells, "gpu_util_peak"))))
     return _gpu_resource(inputs, title="GPU utilisation peaks at 98 %",
                          claim=f"GPU utilisation peaks at {as_printed(REF['gpu_util_peak_pct'])} "
