@@ -13,9 +13,12 @@ from pathlib import Path
 from mnistbench.core.cpuruntime import allocator_option
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 
+#: The tuned formulation with the whole training step (batch gather, forward, loss, backward,
+#: fused Adam) captured as one CUDA graph and replayed once per step (mnistbench.measure.capture).
+GRAPH_IMPLEMENTATION = "tuned-graph"
 #: Implementations of the model and optimizer (``--implementation``): the blog's code as
-#: written, and this project's equivalent formulation.
-IMPLEMENTATIONS = ("tuned", "stock")
+#: written, this project's equivalent formulation, and that formulation's whole step captured.
+IMPLEMENTATIONS = ("tuned", "stock", GRAPH_IMPLEMENTATION)
 #: The largest batch size ``--max-batch`` tries, in samples, on an accelerator and on a CPU (a
 #: CPU has no device memory to fill: beyond this each step only takes longer, and the tips
 #: experiment's stock bf16 cells on a CPU without native bf16 would outgrow the default
@@ -174,7 +177,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="tuned: this project's formulation (Net: pool before ReLU, "
                    "bit dropout, channels_last, fused Adam); stock: the blog's code as written "
                    "(ReferenceNet, nn.Dropout, torch.optim.Adam, the default memory format); "
-                   "both compute the same function")
+                   f"{GRAPH_IMPLEMENTATION}: tuned, its whole step (batch gather, forward, "
+                   "backward, fused Adam) one CUDA graph replayed per step (resident loader; "
+                   "off CUDA the same step runs eagerly; not fp16); all compute the same "
+                   "function")
     p.add_argument("--width", type=positive_int, default=1,
                    help="channel width multiplier of the network's convolutions (1: the "
                    "blog's network; the scale experiment widens it; mnistbench.core.network)")
@@ -198,7 +204,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help=f"use only the first N test samples (0: all {MNIST_TEST_SAMPLES})")
     p.add_argument("--eval-batch-size", type=non_negative_int, default=0,
                    help="batch size of the test-set evaluation (0: the training batch size, "
-                   "the same shapes as training, which warm-up and autotuning already cover); "
+                   "the same shapes as training, which warm-up and autotuning already cover; "
+                   f"{GRAPH_IMPLEMENTATION}: the whole test split in one batch); "
                    "recorded as at most the test samples the cell uses")
     p.add_argument("--sample-interval", type=positive_float, default=0.5,
                    help="resource sampler period in seconds")

@@ -51,6 +51,9 @@ class Trainer:
         # take_losses() reads them all at once; _sizes holds each step's samples.
         self._losses = torch.zeros(0, device=device)
         self._sizes: list[int] = []
+        #: The whole-step capture of a tuned-graph cell (measure.capture.StepGraphs), set by
+        #: the cell once its data is loaded; None for every other cell.
+        self.graphs = None
 
     def begin_epoch(self, steps: int) -> None:
         """Start a new loss record with room for ``steps`` steps (allocated here, outside the
