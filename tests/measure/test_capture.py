@@ -14,6 +14,7 @@ import torch
 from mnistbench.core import devices, options, schema
 from mnistbench.measure import capture, train, trainer
 from mnistbench.measure.loaders import ResidentLoader
+from mnistbench.results import validate
 
 GRAPH = options.GRAPH_IMPLEMENTATION
 
@@ -114,13 +115,14 @@ def test_a_graph_cell_records_what_it_measured(tmp_path, tiny_mnist) -> None:
     epoch), records data, train and eval time, leaves forward, backward and optimizer empty
     (not split inside a graph), says so (phase_split graph), evaluates the whole test split
     at once and records that no CUDA graph ran on a CPU."""
-    common = {"data": tiny_mnist, "epochs": 2, "batch_size": 96, "test_limit": 128,
+    runs = tmp_path / "e" / "adhoc"  # RUNS/ENV/EXPERIMENT/CELL, as the reader wants
+    common = {"data": tiny_mnist, "env": "e", "epochs": 2, "batch_size": 96, "test_limit": 128,
               "warmup_steps": 1, "sample_interval": 0.05, "quiet": True}
     for name, impl in (("graph", GRAPH), ("tuned", "tuned")):
-        assert train.run_cell(train.TrainConfig(out=tmp_path / name, implementation=impl,
+        assert train.run_cell(train.TrainConfig(out=runs / name, implementation=impl,
                                                 **common)) == 0
-    graph, graph_rows = _read(tmp_path / "graph")
-    tuned, tuned_rows = _read(tmp_path / "tuned")
+    graph, graph_rows = _read(runs / "graph")
+    tuned, tuned_rows = _read(runs / "tuned")
     assert [r["train_loss"] for r in graph_rows] == [r["train_loss"] for r in tuned_rows]
     assert graph["timing"]["phase_split"] == capture.PHASE_SPLIT_GRAPH
     assert tuned["timing"]["phase_split"] == capture.PHASE_SPLIT_STEPS
@@ -134,6 +136,12 @@ def test_a_graph_cell_records_what_it_measured(tmp_path, tiny_mnist) -> None:
     results = graph["results"]
     assert results["forward_s"] is None and results["data_s"] > 0
     assert results["final_test_acc"] == tuned["results"]["final_test_acc"]
+    # The results' reader takes the empty phases of a graph cell, and only of one.
+    assert validate.read_cell(runs / "graph").problems == []
+    tuned["results"]["forward_s"] = None
+    (runs / "tuned" / schema.SUMMARY_FILE).write_text(json.dumps(tuned))
+    assert validate.read_cell(runs / "tuned").problems == [
+        f"{schema.SUMMARY_FILE} results.forward_s is empty, but an ok cell has one"]
 
 
 @pytest.mark.parametrize(("setting", "needs"), [

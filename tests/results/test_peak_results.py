@@ -123,9 +123,34 @@ def test_a_cell_without_an_achieved_figure_gets_the_limit_but_no_share():
     assert got == {"limit_gflops": 250.0,
                    "limit_kernel": "conv2 batch 128, 32->64 ch, 3x3 on 26x26",
                    "limit_share_pct": None,
-                   "limit_source": f"measured: runs/{ENV}/peak/cpu.json, 1 thread"}
+                   "limit_source": f"measured: runs/{ENV}/peak/cpu.json, 1 thread",
+                   "limit_note": None}
     assert aggregate.limit_columns({**row, "status": "failed"}, {(ENV, "cpu"): peak}) == (
         dict.fromkeys(schema.LIMIT_FIELDS))
+
+
+@pytest.mark.parametrize(("math", "says"), [
+    ({"math_tf32_cudnn": True, "math_tf32_matmul": False}, "TF32 was on in an fp32 cell"),
+    ({"math_tf32_cudnn": False, "math_conv_kernels":
+      "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc"},
+     "its convolution kernels ran TF32"),
+    ({"math_tf32_cudnn": False, "math_conv_kernels": "winograd_nonfused_fprop; sgemm_128x64"},
+     "Winograd or FFT convolutions"),
+    ({"math_tf32_cudnn": False, "math_conv_kernels": "cudnn_conv_fprop_direct"},
+     "the cell recorded no TF32 nor Winograd/FFT"),
+    ({}, "recorded no math settings (older schema)"),
+])
+def test_a_cell_past_its_limit_is_flagged_with_the_reason_it_recorded(math, says):
+    """A share above 100 % carries limit_note: past the limit, and why, from the math the
+    cell recorded; at or below 100 % no note."""
+    peak = validate.Peak(path=Path("p"), status="ok", reason="", device="cpu", threads=1,
+                         torch="2.6", source="measured", rows=PEAK["rows"])
+    row = {"env": ENV, "device": "cpu", "precision": "fp32", "status": "ok",
+           "achieved_gflops": 300.0, **math}
+    note = aggregate.limit_columns(row, {(ENV, "cpu"): peak})["limit_note"]
+    assert note.startswith("past 100 % of the measured limit: ") and says in note
+    below = {**row, "achieved_gflops": 250.0}
+    assert aggregate.limit_columns(below, {(ENV, "cpu"): peak})["limit_note"] is None
 
 
 def test_a_table_written_before_the_limit_columns_reads_them_empty(tmp_path):

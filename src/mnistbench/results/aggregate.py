@@ -61,7 +61,8 @@ TEXT_COLUMNS = frozenset(
     {*schema.ID_COLUMNS, "status", "reason", "device", "precision", "loader", "stage",
      "pin_memory", "compile", "cuda_graphs", "bf16_path", "timing_method", "gpu_throttle_start",
      "allocator", "implementation", "cudnn_benchmark", "max_batch", "max_batch_stop", "tip",
-     "busy", "disturbed",
+     "busy", "disturbed", "phase_split",
+     *(k for k in schema.PARAM_FIELDS if k.startswith("math_")),
      "gpu_throttle_end", *schema.ENV_FIELDS, *schema.DERIVED_FIELDS}
     | {k for k, (unit, _) in schema.TIMING_FIELDS.items() if unit == "ISO 8601"}
     | {k for k, (unit, _) in schema.LIMIT_FIELDS.items() if not unit})
