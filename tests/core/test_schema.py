@@ -79,7 +79,7 @@ def test_config_schema_rejects_non_finite_numbers(value) -> None:
     loaded = yaml.safe_load(CONFIG_SCHEMA.read_text())
     keys = _number_keys(loaded, loaded["$defs"])
     assert ("experiments", "sweep", "lr") in keys and ("cost", "price_per_kwh") in keys
-    assert len(keys) == 21  # lr and time_limit of 4 experiments, 13 of the cost model
+    assert len(keys) == 23  # lr and time_limit of 5 experiments, 13 of the cost model
     for key in keys:
         config: dict = {}
         block = config

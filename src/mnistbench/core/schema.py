@@ -94,7 +94,8 @@ RESOURCES_FILE = "resources.csv"
 # name -> (unit, description). Unit "" means dimensionless / text.
 PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "env": ("", "name of the environment (host and runtime) that ran the cell"),
-    "experiment": ("", "experiment the cell belongs to: convergence, sweep, tips or scale"),
+    "experiment": ("", "experiment the cell belongs to: convergence, sweep, tips, scale or "
+                   "capture"),
     "cell": ("", "cell id, unique within env and experiment"),
     "repeat": ("", "repeat index, 0-based"),
     "device": ("", "cpu, cuda (NVIDIA CUDA or AMD ROCm/HIP: env.gpu_backend), xpu (Intel) or "

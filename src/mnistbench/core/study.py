@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 from mnistbench.core.devices import is_supported
 from mnistbench.core.envvars import CONTAINER_VAR, ENV_NAME_VAR
+from mnistbench.core.options import GRAPH_IMPLEMENTATION
 
 #: The experiments of a study, in the order their cells are listed within a repeat.
-EXPERIMENTS = ("convergence", "sweep", "tips", "scale")
+EXPERIMENTS = ("convergence", "sweep", "tips", "scale", "capture")
 
 #: Longest name :func:`safe_name` returns, in characters.
 MAX_NAME_LEN = 100
@@ -308,8 +309,11 @@ class Cell:
     @property
     def variant(self) -> str:
         """What the id names beyond device, precision, loader and batch size: the tip of a
-        tips cell, the width of a scale cell (``x4``), or nothing."""
+        tips cell, ``graph`` for a whole-step capture cell (the capture experiment), the width
+        of a scale cell (``x4``), or nothing."""
         parts = [self.tip] if self.tip else []
+        if self.implementation == GRAPH_IMPLEMENTATION:
+            parts.append("graph")
         if self.shows_width:
             parts.append(f"x{self.width}")
         return "-".join(parts)
@@ -415,6 +419,12 @@ def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> l
         return [{"precision": spec["precision"], "loader": loader,
                  "batch_size": spec["batch_size"], **CONVERGENCE_CODE[loader][1]}
                 for loader in spec["loaders"] if is_supported(device, spec["precision"])]
+    if experiment == "capture":  # CUDA only: elsewhere nothing would be captured
+        return [{"precision": precision, "loader": "resident", "batch_size": spec["batch_size"],
+                 "implementation": implementation}
+                for precision in spec["precisions"]
+                if device == "cuda" and is_supported(device, precision)
+                for implementation in ("tuned", GRAPH_IMPLEMENTATION)]
     if experiment == "scale":
         return [{"precision": precision, "loader": spec["loader"],
                  "batch_size": spec["batch_size"], "implementation": spec["implementation"],
