@@ -155,3 +155,27 @@ def test_what_the_capture_cannot_run_is_refused(setting, needs) -> None:
     naming the fix."""
     with pytest.raises(devices.UnsupportedCombination, match=needs.replace("-", "\\-")):
         _cfg(implementation=GRAPH, **setting).validate()
+
+
+def test_bf16_replays_train_as_the_eager_loop_does() -> None:
+    """In bf16 (autocast without its cast cache, as CUDA graphs need) the captured-style step
+    still gives the eager loop's parameters."""
+    images, labels = _split(64)
+    cells = []
+    for impl in ("tuned", GRAPH):
+        torch.manual_seed(4)
+        cell = trainer.Trainer(_cfg(implementation=impl, precision="bf16"),
+                               torch.device("cpu"), init_seed=0)
+        order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
+        if impl == GRAPH:
+            graphs = capture.StepGraphs(cell, images, labels, 32, 2, capture=False)
+            graphs.begin_epoch(order)
+            graphs.replay(0)
+            graphs.replay(1)
+        else:
+            for i in (0, 32):
+                idx = order[i:i + 32]
+                cell.step(images[idx], labels[idx], trainer._NullTimer())
+        cells.append(cell)
+    for p, q in zip(cells[0].base.parameters(), cells[1].base.parameters(), strict=True):
+        assert torch.equal(p, q)

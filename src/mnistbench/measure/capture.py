@@ -31,6 +31,8 @@ GradScaler's bookkeeping is not part of the capture.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch.nn import functional as F
 
@@ -85,12 +87,21 @@ class StepGraphs:
         holds."""
         trainer = self.trainer
         x, y = self.batch(size)
-        with trainer.policy.autocast(trainer.device.type):
+        with self._autocast():
             loss = F.cross_entropy(trainer.net(x), y)
         loss.backward()
         trainer.optimizer.step()
         self.losses.index_copy_(0, self.step_index.view(1), loss.detach().float().view(1))
         self.step_index.add_(1)
+
+    def _autocast(self):
+        """The precision's autocast without its cast cache: a cast cached outside a capture
+        would be replayed stale inside it, so PyTorch asks for ``cache_enabled=False`` with
+        CUDA graphs (the numbers are the same: each use casts anew)."""
+        dtype = self.trainer.policy.autocast_dtype
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.trainer.device.type, dtype=dtype, cache_enabled=False)
 
     def run_eagerly(self, size: int) -> None:
         """The step without a graph (the gradients dropped after it, as the eager loop does)."""
