@@ -179,3 +179,26 @@ def test_bf16_replays_train_as_the_eager_loop_does() -> None:
         cells.append(cell)
     for p, q in zip(cells[0].base.parameters(), cells[1].base.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_on_cuda_the_graphs_replay_the_eager_training(tmp_path, tiny_mnist, precision):
+    """On CUDA a tuned-graph cell captures its step (cuda_graphs true, the tail batch a second
+    graph), trains as the eager tuned cell does (its losses near the eager ones: cuDNN's
+    backward is not deterministic and a graph's dropout draws need not be the eager draws;
+    the exact equivalence is the CPU tests'), records its conv kernels, and is timed."""
+    common = {"data": tiny_mnist, "device": "cuda", "precision": precision, "epochs": 2,
+              "batch_size": 96, "test_limit": 128, "warmup_steps": 1, "sample_interval": 0.05,
+              "quiet": True, "cudnn_benchmark": False}
+    for name, impl in (("graph", GRAPH), ("tuned", "tuned")):
+        assert train.run_cell(train.TrainConfig(out=tmp_path / name, implementation=impl,
+                                                **common)) == 0
+    graph, graph_rows = _read(tmp_path / "graph")
+    _, tuned_rows = _read(tmp_path / "tuned")
+    assert graph["params"]["cuda_graphs"] is True
+    assert graph["timing"]["phase_split"] == capture.PHASE_SPLIT_GRAPH
+    assert graph["params"]["math_conv_kernels"]
+    for g, t in zip(graph_rows, tuned_rows, strict=True):
+        assert float(g["train_loss"]) == pytest.approx(float(t["train_loss"]), rel=0.15)
+        assert float(g["train_s"]) > 0 and g["forward_s"] == ""
