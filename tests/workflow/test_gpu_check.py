@@ -67,7 +67,11 @@ def test_plan_is_the_validated_config_with_defaults(tmp_path) -> None:
     assert config["experiments"]["convergence"]["repeats"] == 2
     # The matrix the GPU machine builds from it: the workflow's own (every experiment).
     matrix = plan.Matrix.of_config(config, "h200", ["cuda"], 16)
-    assert {c.experiment for c in matrix.cells} == {"convergence", "sweep", "tips", "scale"}
+    assert {c.experiment for c in matrix.cells} == {"convergence", "sweep", "tips", "scale",
+                                                    "capture"}
+    # The whole-step capture (issue 39): fp32 and bf16, each eager and as one CUDA graph.
+    assert {c.id for c in matrix.cells if c.experiment == "capture"} == {
+        f"cuda-{p}-resident-b128{g}-r0" for p in ("fp32", "bf16") for g in ("", "-graph")}
     assert len([c for c in matrix.cells if c.experiment == "sweep"]) == 4 * 2 * 8 * 2
 
 
