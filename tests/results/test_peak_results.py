@@ -194,7 +194,9 @@ BAD = {
     "a boolean count": (json.dumps(_changed(row_calls=True)), "rows[0].calls is true"),
     "fp16 on a cpu": (json.dumps(_changed(row_precision="fp16")),
                       "rows[0].precision is \"fp16\", expected a precision cpu runs"),
-    "a kernel twice": (json.dumps(_changed(row_kernel="conv2")), "times conv2 at fp32 again"),
+    "a kernel and shape twice": (
+        json.dumps(_changed(row_kernel="conv2", row_shape=PEAK["rows"][1]["shape"])),
+        "times conv2 batch 128, 32->64 ch, 3x3 on 26x26 at fp32 again"),
     "an extra row key": (json.dumps({**PEAK, "rows": [{**PEAK["rows"][0], "x": 1}]}),
                          "rows[0] holds"),
     "unavailable with rows": (json.dumps({**UNAVAILABLE, "device": "cpu",
@@ -311,3 +313,12 @@ def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsy
     bf16 = rows[(ENV, "sweep", "cpu-bf16-resident-b64-r0")]
     assert bf16["limit_gflops"] == 1e9 and bf16["limit_source"].startswith("measured: ")
     assert "is no limit" in capsys.readouterr().err
+
+
+def test_a_limit_timed_at_several_shapes_per_kernel_is_read_and_the_best_taken(tmp_path):
+    """mnistbench peak times each kernel at several shapes (issue 39): each shape is a row,
+    and the limit of a precision is the best of them all."""
+    bigger = {**PEAK["rows"][0], "shape": "2048x2048 @ 2048x2048", "gflops": 320.0}
+    path = write_peak(tmp_path / "runs", {**PEAK, "rows": [*PEAK["rows"], bigger]})
+    peak = validate.read_peak(path)
+    assert peak.limit("fp32")["shape"] == "2048x2048 @ 2048x2048"

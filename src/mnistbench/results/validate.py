@@ -749,10 +749,10 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
         if not _is_count(row["calls"], 1):
             raise bad(f"{where}.calls is {_show(row['calls'])}, expected a whole number 1 or "
                       "more")
-        if (row["kernel"], precision) in seen:
-            raise bad(f"{where} times {row['kernel']} at {precision} again (each kernel once "
-                      "per precision)")
-        seen.add((row["kernel"], precision))
+        if (row["kernel"], row["shape"], precision) in seen:
+            raise bad(f"{where} times {row['kernel']} {row['shape']} at {precision} again "
+                      "(each kernel and shape once per precision)")
+        seen.add((row["kernel"], row["shape"], precision))
     return Peak(path=path, status=status, reason=data["reason"], device=recorded,
                 threads=threads, torch=version, source=data["source"], rows=rows)
 
