@@ -156,6 +156,12 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                     if experiment in ("headline", "threads") and loader == "dataloader":
                         params.update(implementation="stock", allocator="glibc",
                                       cudnn_benchmark=False)  # the blog's code
+                    # The math that ran (schema 5): torch's defaults under the fp32 policy.
+                    params.update({"math_tf32_matmul": False, "math_tf32_cudnn": False,
+                                   "math_matmul_precision": "highest",
+                                   "math_cudnn_benchmark": device == "cuda",
+                                   "math_deterministic": "det=off cudnn=off",
+                                   "math_conv_kernels": None})
                     params.update(extra_params)
                     folder = runs / env / experiment / cid
                     write_cell(folder, params, status=status, reason=reason, machine=machine,
@@ -271,6 +277,7 @@ def write_cell(folder: Path, params: dict, *, status: str, reason: str, machine:
             "timing_method": None if status == "unavailable" else (
                 "cuda-events" if device == "cuda" else
                 "host-clock" if device == "cpu" else "device-events"),
+            "phase_split": None if status == "unavailable" else "per-step",
         },
         "results": results,
     }

@@ -19,6 +19,7 @@ class _RecordingTrainer:
     """Stands in for train.Trainer: records the batch sizes its warm-up runs."""
 
     device = torch.device("cpu")
+    graphs = None  # no whole-step capture (measure.capture)
 
     def __init__(self) -> None:
         self.train_sizes: list[int] = []

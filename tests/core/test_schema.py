@@ -98,7 +98,7 @@ def test_config_schema_rejects_non_finite_numbers(value) -> None:
     loaded = yaml.safe_load(CONFIG_SCHEMA.read_text())
     keys = _number_keys(loaded, loaded["$defs"])
     assert ("experiments", "sweep", "lr") in keys and ("cost", "price_per_kwh") in keys
-    assert len(keys) == 25  # lr and time_limit of 6 experiments, 13 of the cost model
+    assert len(keys) == 27  # lr and time_limit of 7 experiments, 13 of the cost model
 
     def config_with(*set_keys: tuple[str, ...]) -> dict:
         config: dict = {}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mnistbench.core import study
+from mnistbench.core import options, study
 from mnistbench.core.study import Cell, StudyError, build_matrix, cell_id, environment_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -279,7 +279,7 @@ def test_scale_runs_every_width_and_precision_after_the_other_experiments():
     bf16, 2 repeats, each repeat after the tips of the same repeat; ids carry the width."""
     config = schema_defaults()
     cells = build_matrix(config["experiments"], ["cpu", "cuda"], 0, lambda device: [("e", None)])
-    assert study.EXPERIMENTS[-1] == "scale"
+    assert study.EXPERIMENTS.index("scale") > study.EXPERIMENTS.index("tips")
     assert study.EXPERIMENTS[:2] == ("headline", "threads")
     first = [c.experiment for c in cells if c.repeat == 0]
     assert first.index("scale") > max(i for i, e in enumerate(first) if e == "tips")
@@ -437,3 +437,22 @@ def test_cli_env_name_refuses_a_bad_mnistbench_env_in_one_paragraph(monkeypatch,
     err = capsys.readouterr().err
     assert err.startswith("mnistbench env-name: error: $MNISTBENCH_ENV is '../'")
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_capture_runs_each_precision_eager_and_captured_on_cuda_only():
+    """The capture experiment (off by default; the GPU plan turns it on): on CUDA, each
+    precision as the tuned code eager and as its whole-step graph, resident, at batch 128 for
+    10 epochs, the graph cells' ids marked ``graph``; no cells on a CPU, where nothing would
+    be captured; the graph cells pass --implementation tuned-graph."""
+    config = schema_defaults()
+    assert config["experiments"]["capture"]["enabled"] is False
+    experiments = {"capture": {**config["experiments"]["capture"], "enabled": True}}
+    cells = build_matrix(experiments, ["cpu", "cuda"], 0, lambda device: [("e", None)])
+    assert {c.id for c in cells} == {
+        "cuda-fp32-resident-b128-r0", "cuda-fp32-resident-b128-graph-r0",
+        "cuda-bf16-resident-b128-r0", "cuda-bf16-resident-b128-graph-r0"}
+    assert all(c.epochs == 10 and c.experiment == "capture" for c in cells)
+    graph = next(c for c in cells if c.id == "cuda-fp32-resident-b128-graph-r0")
+    args = graph.train_args()
+    assert args[args.index("--implementation") + 1] == options.GRAPH_IMPLEMENTATION
+    assert options.GRAPH_IMPLEMENTATION in options.IMPLEMENTATIONS

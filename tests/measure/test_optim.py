@@ -185,3 +185,55 @@ def test_the_fallback_state_round_trip_restores_the_trajectory(fresh_check,
     p.grad = torch.full((5,), 3.0)
     opt.step()
     assert torch.equal(p.detach(), after)
+
+
+def _scaled_fp16_steps(opt, net, steps: int = 4) -> None:
+    """``steps`` fp16-autocast steps of ``net`` with ``opt`` under a CPU GradScaler."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(steps):
+        x = torch.randn(8, 1, 28, 28, generator=gen)
+        y = torch.randint(0, 10, (8,), generator=gen)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = torch.nn.functional.cross_entropy(net(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+
+
+def test_grad_scaler_step_reads_nothing_back_to_the_host(monkeypatch) -> None:
+    """Under a GradScaler, FusedAdam takes the scale and the inf check as device tensors
+    (_step_supports_amp_scaling): no .item(), so no host synchronisation per fp16 step; the
+    update equals torch.optim.Adam(fused=True)'s under the same scaler."""
+    torch.manual_seed(0)
+    ours_net = ReferenceNet().eval()
+    theirs_net = ReferenceNet().eval()
+    theirs_net.load_state_dict(ours_net.state_dict())
+    _scaled_fp16_steps(torch.optim.Adam(theirs_net.parameters(), lr=1e-3, fused=True),
+                       theirs_net)
+
+    def no_item(self):
+        raise AssertionError("a host read (.item()) in the scaled step")
+
+    ours = FusedAdam(ours_net.parameters(), lr=1e-3)
+    monkeypatch.setattr(torch.Tensor, "item", no_item)
+    _scaled_fp16_steps(ours, ours_net)
+    monkeypatch.undo()
+    for a, b in zip(ours_net.parameters(), theirs_net.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert not hasattr(ours, "grad_scale")  # the scaler's attributes last one step only
+
+
+def test_a_step_skipped_for_inf_does_not_count() -> None:
+    """found_inf set: the parameters and moments stay, and the step counter does not move."""
+    p = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
+    opt = FusedAdam([p], lr=0.1)
+    p.grad = torch.tensor([0.5, 0.5])
+    opt.step()
+    before = p.detach().clone()
+    p.grad = torch.tensor([float("inf"), 0.5])
+    opt.grad_scale, opt.found_inf = torch.tensor(1.0), torch.tensor(1.0)
+    opt.step()
+    assert torch.equal(p.detach(), before)
+    assert opt.state[p]["step"].item() == 1.0

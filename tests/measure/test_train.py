@@ -759,3 +759,49 @@ def test_a_wider_network_trains_and_records_its_width_and_flops(tmp_path, tiny_m
     code, summary, _ = run(tmp_path, tiny_mnist, width=2, max_steps=2, quiet=True)
     assert code == 0 and summary["params"]["width"] == 2
     assert summary["results"]["train_flops_per_sample"] == network.train_flops(2)
+
+
+# --------------------------------------------------------------------------- warm-up (issue 39)
+def test_warm_up_runs_the_timed_data_path(tiny_mnist, monkeypatch) -> None:
+    """A resident cell's warm-up draws its training batches as the timed loop does (a host
+    permutation copied over, then index_select: ResidentLoader.batch), from its own generator:
+    the cell's shuffling generator is untouched, and a warm-up batch is a shuffled gather, not
+    the first rows."""
+    from mnistbench.measure import loaders as loaders_mod
+
+    cfg = train.TrainConfig(out=Path("unused"), data=tiny_mnist, batch_size=32,
+                            warmup_steps=2, eval_batch_size=32, test_limit=64)
+    shuffle_gen = torch.Generator().manual_seed(7)
+    before = shuffle_gen.get_state()
+    built = loaders_mod.build_loaders(cfg, torch.device("cpu"), shuffle_gen)
+    calls = []
+    real = loaders_mod.ResidentLoader.batch
+
+    def spy(self, order, i):
+        calls.append((len(order), i))
+        return real(self, order, i)
+
+    monkeypatch.setattr(loaders_mod.ResidentLoader, "batch", spy)
+    x, _ = built.sample_batch("train", 32)
+    assert calls == [(TINY_TRAIN, 0)]
+    assert not torch.equal(x, built.train.images[:32])  # gathered, not sliced
+    calls.clear()
+    cell = trainer.Trainer(cfg, torch.device("cpu"), init_seed=0)
+    train.warm_up(cell, built, cfg)
+    assert len(calls) == cfg.warmup_steps  # 512 % 32 == 0: no tail batch
+    assert torch.equal(shuffle_gen.get_state(), before)
+
+
+def test_grad_scaler_keeps_its_warm_up_state() -> None:
+    """The warm-up restore puts the model, optimizer and generators back, but the fp16
+    GradScaler keeps the scale the warm-up settled on (recreating it threw that away)."""
+    cfg = train.TrainConfig(out=Path("unused"), precision="fp16", batch_size=8)
+    cell = trainer.Trainer(cfg, torch.device("cpu"), init_seed=0)
+    scaler = cell.scaler
+    state = cell.snapshot()
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    cell.step(x, y, trainer._NullTimer())
+    scaler.update(new_scale=128.0)  # as a warm-up overflow would have lowered it
+    cell.restore(state)
+    assert cell.scaler is scaler
+    assert cell.scaler.get_scale() == 128.0

@@ -29,8 +29,8 @@ SECTIONS = ("verdict", "caveats", "findings", "headline", "blog", "time", "phase
 #: Sections shown only when the study has their cells (issue 38's experiments), and every
 #: partial the page includes, in its order.
 OPTIONAL_SECTIONS = ("answer", "threads")
-PARTIALS = ("verdict", "caveats", "answer", "findings", "headline", "blog", "time", "phases", "throughput",
-            "threads", "why", "convergence", "resources", "cost", "tips", "recommendations",
+PARTIALS = ("verdict", "caveats", "answer", "findings", "headline", "blog", "time", "phases",
+            "throughput", "threads", "why", "convergence", "resources", "cost", "tips", "recommendations",
             "gpu", "matrix", "runtimes", "methodology")
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 COMMAND = 'make study && echo "<done>"'

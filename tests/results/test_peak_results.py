@@ -124,9 +124,34 @@ def test_a_cell_without_an_achieved_figure_gets_the_limit_but_no_share():
     assert got == {"limit_gflops": 250.0,
                    "limit_kernel": "conv2 batch 128, 32->64 ch, 3x3 on 26x26",
                    "limit_share_pct": None,
-                   "limit_source": f"measured: runs/{ENV}/peak/cpu.json, 1 thread"}
+                   "limit_source": f"measured: runs/{ENV}/peak/cpu.json, 1 thread",
+                   "limit_note": None}
     assert aggregate.limit_columns({**row, "status": "failed"}, {(ENV, "cpu"): peak}) == (
         dict.fromkeys(schema.LIMIT_FIELDS))
+
+
+@pytest.mark.parametrize(("math", "says"), [
+    ({"math_tf32_cudnn": True, "math_tf32_matmul": False}, "TF32 was on in an fp32 cell"),
+    ({"math_tf32_cudnn": False, "math_conv_kernels":
+      "sm90_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc"},
+     "its convolution kernels ran TF32"),
+    ({"math_tf32_cudnn": False, "math_conv_kernels": "winograd_nonfused_fprop; sgemm_128x64"},
+     "Winograd or FFT convolutions"),
+    ({"math_tf32_cudnn": False, "math_conv_kernels": "cudnn_conv_fprop_direct"},
+     "the cell recorded no TF32 nor Winograd/FFT"),
+    ({}, "recorded no math settings (older schema)"),
+])
+def test_a_cell_past_its_limit_is_flagged_with_the_reason_it_recorded(math, says):
+    """A share above 100 % carries limit_note: past the limit, and why, from the math the
+    cell recorded; at or below 100 % no note."""
+    peak = validate.Peak(path=Path("p"), status="ok", reason="", device="cpu", threads=1,
+                         torch="2.6", source="measured", rows=PEAK["rows"])
+    row = {"env": ENV, "device": "cpu", "precision": "fp32", "status": "ok",
+           "achieved_gflops": 300.0, **math}
+    note = aggregate.limit_columns(row, {(ENV, "cpu"): peak})["limit_note"]
+    assert note.startswith("past 100 % of the measured limit: ") and says in note
+    below = {**row, "achieved_gflops": 250.0}
+    assert aggregate.limit_columns(below, {(ENV, "cpu"): peak})["limit_note"] is None
 
 
 def test_a_table_written_before_the_limit_columns_reads_them_empty(tmp_path):
@@ -170,7 +195,9 @@ BAD = {
     "a boolean count": (json.dumps(_changed(row_calls=True)), "rows[0].calls is true"),
     "fp16 on a cpu": (json.dumps(_changed(row_precision="fp16")),
                       "rows[0].precision is \"fp16\", expected a precision cpu runs"),
-    "a kernel twice": (json.dumps(_changed(row_kernel="conv2")), "times conv2 at fp32 again"),
+    "a kernel and shape twice": (
+        json.dumps(_changed(row_kernel="conv2", row_shape=PEAK["rows"][1]["shape"])),
+        "times conv2 batch 128, 32->64 ch, 3x3 on 26x26 at fp32 again"),
     "an extra row key": (json.dumps({**PEAK, "rows": [{**PEAK["rows"][0], "x": 1}]}),
                          "rows[0] holds"),
     "unavailable with rows": (json.dumps({**UNAVAILABLE, "device": "cpu",
@@ -325,3 +352,12 @@ def test_a_cell_folder_linked_elsewhere_is_refused(tmp_path):
         aggregate.aggregate(runs, tmp_path / "out")
     assert f"{runs / ENV / 'sweep'} is a symbolic link (to {elsewhere})" in str(info.value)
     assert "Move the folder it points to into its place" in str(info.value)
+
+
+def test_a_limit_timed_at_several_shapes_per_kernel_is_read_and_the_best_taken(tmp_path):
+    """mnistbench peak times each kernel at several shapes (issue 39): each shape is a row,
+    and the limit of a precision is the best of them all."""
+    bigger = {**PEAK["rows"][0], "shape": "2048x2048 @ 2048x2048", "gflops": 320.0}
+    path = write_peak(tmp_path / "runs", {**PEAK, "rows": [*PEAK["rows"], bigger]})
+    peak = validate.read_peak(path)
+    assert peak.limit("fp32")["shape"] == "2048x2048 @ 2048x2048"

@@ -56,6 +56,12 @@ DEVICES = ("cpu", "cuda", "xpu", "mps")
 ACCELERATORS = DEVICES[1:]
 LOADERS = ("dataloader", "resident")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: The tuned formulation with the whole training step (batch gather, forward, loss, backward,
+#: fused Adam) captured as one CUDA graph and replayed once per step (mnistbench.measure.capture).
+GRAPH_IMPLEMENTATION = "tuned-graph"
+#: Implementations of the model and optimizer (``--implementation``): the blog's code as
+#: written, this project's equivalent formulation, and that formulation's whole step captured.
+IMPLEMENTATIONS = ("tuned", "stock", GRAPH_IMPLEMENTATION)
 
 
 #: device -> precisions the benchmark has a policy for there (see the module docstring; the

@@ -11,12 +11,15 @@ import math
 from pathlib import Path
 
 from mnistbench.core.cpuruntime import ALLOCATORS, allocator_option
-from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
+from mnistbench.core.devices import (
+    DEVICES,
+    GRAPH_IMPLEMENTATION,
+    IMPLEMENTATIONS,
+    LOADERS,
+    PRECISIONS,
+)
 from mnistbench.core.study import TIP_NAMES
 
-#: Implementations of the model and optimizer (``--implementation``): the blog's code as
-#: written, and this project's equivalent formulation.
-IMPLEMENTATIONS = ("tuned", "stock")
 #: torch.compile modes a cell may ask for (params.compile; empty: eager).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 #: The largest batch size ``--max-batch`` tries, in samples, on an accelerator and on a CPU (a
@@ -199,7 +202,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="tuned: this project's formulation (Net: pool before ReLU, "
                    "bit dropout, channels_last, fused Adam); stock: the blog's code as written "
                    "(ReferenceNet, nn.Dropout, torch.optim.Adam, the default memory format); "
-                   "both compute the same function")
+                   f"{GRAPH_IMPLEMENTATION}: tuned, its whole step (batch gather, forward, "
+                   "backward, fused Adam) one CUDA graph replayed per step (resident loader; "
+                   "off CUDA the same step runs eagerly; not fp16); all compute the same "
+                   "function")
     p.add_argument("--width", type=width_of, default=1,
                    help="channel width multiplier of the network's convolutions (1: the "
                    "blog's network; the scale experiment widens it; mnistbench.core.network)")
@@ -223,7 +229,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help=f"use only the first N test samples (0: all {MNIST_TEST_SAMPLES})")
     p.add_argument("--eval-batch-size", type=non_negative_int, default=0,
                    help="batch size of the test-set evaluation (0: the training batch size, "
-                   "the same shapes as training, which warm-up and autotuning already cover); "
+                   "the same shapes as training, which warm-up and autotuning already cover; "
+                   f"{GRAPH_IMPLEMENTATION}: the whole test split in one batch); "
                    "recorded as at most the test samples the cell uses")
     p.add_argument("--sample-interval", type=positive_float, default=0.5,
                    help="resource sampler period in seconds")

@@ -74,6 +74,11 @@ ADDED_IN: dict[str, int] = {
     **dict.fromkeys(("limit_gflops", "limit_kernel", "limit_share_pct", "limit_source"), 4),
     # The threads a cell asked for and the DataLoader's own (issue 38: the threads experiment).
     **dict.fromkeys(("threads_asked", "loader_threads"), 5),
+    # The whole-step capture and the math that ran (issue 39).
+    **dict.fromkeys(("phase_split", "math_tf32_matmul", "math_tf32_cudnn",
+                     "math_matmul_precision", "math_cudnn_benchmark", "math_deterministic",
+                     "math_conv_kernels"), 5),
+    "limit_note": 5,
 }
 
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
@@ -91,7 +96,8 @@ RESOURCES_FILE = "resources.csv"
 # name -> (unit, description). Unit "" means dimensionless / text.
 PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "env": ("", "name of the environment (host and runtime) that ran the cell"),
-    "experiment": ("", "experiment the cell belongs to: convergence, sweep, tips or scale"),
+    "experiment": ("", "experiment the cell belongs to: convergence, sweep, tips, scale or "
+                   "capture"),
     "cell": ("", "cell id, unique within env and experiment"),
     "repeat": ("", "repeat index, 0-based"),
     "device": ("", "cpu, cuda (NVIDIA CUDA or AMD ROCm/HIP: env.gpu_backend), xpu (Intel) or "
@@ -113,7 +119,8 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
     "workers": ("", "DataLoader worker processes (dataloader loader only)"),
     "pin_memory": ("", "DataLoader pin_memory (dataloader loader only)"),
     "compile": ("", "torch.compile mode, empty for eager: default, reduce-overhead, max-autotune"),
-    "cuda_graphs": ("", "whether CUDA graphs were used (torch.compile reduce-overhead on CUDA)"),
+    "cuda_graphs": ("", "whether CUDA graphs were used (torch.compile reduce-overhead, or the "
+                    "tuned-graph implementation, on CUDA)"),
     "bf16_path": ("", "how a bf16 cell's bf16 ran: native (bf16 hardware: AVX512-BF16/AMX on a "
                   "CPU, bf16 tensor cores on a GPU), emulated (bf16 numerics on fp32 units), "
                   "unknown (no query says: mps); empty for other precisions and for cells "
@@ -128,8 +135,10 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
                    "that reaches it is failed"),
     "allocator": ("", "memory allocator asked for: auto (the fastest installed), glibc, "
                   "glibc-tuned, jemalloc, tcmalloc; env.allocator_loaded is what ran"),
-    "implementation": ("", "tuned (this project's formulation) or stock (the blog's code as "
-                       "written: ReferenceNet, nn.Dropout, torch.optim.Adam)"),
+    "implementation": ("", "tuned (this project's formulation), stock (the blog's code as "
+                       "written: ReferenceNet, nn.Dropout, torch.optim.Adam) or tuned-graph "
+                       "(tuned, its whole step one CUDA graph replayed per step: "
+                       "mnistbench.measure.capture; cuda_graphs says whether graphs ran)"),
     "cudnn_benchmark": ("", "torch.backends.cudnn.benchmark (CUDA only; recorded everywhere)"),
     "max_batch": ("", "whether the cell found its batch size itself (the largest that fits; "
                   "batch_size is what it found)"),
@@ -140,6 +149,24 @@ PARAM_FIELDS: dict[str, tuple[str, str]] = {
             "in the other experiments"),
     "width": ("", "channel width multiplier of the network's convolutions (1: the blog's "
               "network; mnistbench.core.network)"),
+    # The math settings that ran (issue 39), read back from torch after the model was built:
+    # what ran, not what was asked; empty for a cell that never reached its device.
+    "math_tf32_matmul": ("", "torch.backends.cuda.matmul.allow_tf32 as the cell ran (TF32 "
+                         "tensor cores for fp32 matmuls on CUDA)"),
+    "math_tf32_cudnn": ("", "torch.backends.cudnn.allow_tf32 as the cell ran (TF32 for fp32 "
+                        "convolutions on CUDA)"),
+    "math_matmul_precision": ("", "torch.get_float32_matmul_precision(): highest, high or "
+                              "medium"),
+    "math_cudnn_benchmark": ("", "torch.backends.cudnn.benchmark as the cell ran (cuDNN "
+                             "autotuning on CUDA)"),
+    "math_deterministic": ("", "torch.are_deterministic_algorithms_enabled() and "
+                           "torch.backends.cudnn.deterministic, as det=on|off "
+                           "cudnn=on|off"),
+    "math_conv_kernels": ("", "the device kernels one warm-up training step of the cell "
+                          "launched for its convolutions and matmuls (torch.profiler, names "
+                          "joined by ; e.g. cuDNN's implicit-GEMM, Winograd or FFT kernels, "
+                          "which show the algorithm and its math mode); empty where the "
+                          "profiler shows none (a CPU names oneDNN's ops)"),
 }
 
 ENV_FIELDS: dict[str, tuple[str, str]] = {
@@ -207,7 +234,17 @@ TIMING_FIELDS: dict[str, tuple[str, str]] = {
     "timed_s": ("s", "sum of the timed epochs' wall times"),
     "timing_method": ("", "how the phases were timed: host-clock (cpu), cuda-events, "
                       "device-events (the backend's timing events), sync+host-clock "
-                      "(synchronise, then the host clock: a backend without events)"),
+                      "(synchronise, then the host clock: a backend without events). With "
+                      "events, a phase is the device's time between two marks: on a loop the "
+                      "host cannot keep fed (small steps on a fast GPU) the device reaches "
+                      "each mark soon after the host queued it, so a phase then measures the "
+                      "host's issue time of its kernels, not their device time"),
+    "phase_split": ("", "which phases the epoch was split into: per-step (data, forward, "
+                    "backward, optimizer marked in every step, then eval) or graph (the "
+                    "tuned-graph cell: data is the epoch's shuffle order drawn and copied, "
+                    "the steps replay as one CUDA graph each, so forward, backward and "
+                    "optimizer are empty, never estimated, and train_s is data plus the "
+                    "replays); empty in cells of schema version 4 or older (per-step)"),
     "overhead_s": ("s", "process wall time outside the timed epochs and the warm-up: startup, "
                    "data load, model build, writing"),
 }
@@ -224,10 +261,14 @@ RESULT_FIELDS: dict[str, tuple[str, str]] = {
     "disturbed_epochs": ("epochs", "timed epochs flagged disturbed in epochs.csv (other "
                          "processes' load, or far outside the cell's spread): left out of the "
                          "medians, the total and the costs"),
-    "data_s": ("s", "total time fetching batches and copying them to the device"),
-    "forward_s": ("s", "total forward pass time, loss included"),
-    "backward_s": ("s", "total backward pass time"),
-    "optimizer_s": ("s", "total optimizer step time"),
+    "data_s": ("s", "total time fetching batches and copying them to the device (phases: "
+               "the host clock on a CPU; on an accelerator the device's time between marks, "
+               "which on a host-bound loop is the host's issue time: timing_method)"),
+    "forward_s": ("s", "total forward pass time, loss included; empty where the phases were "
+                  "not split (phase_split graph)"),
+    "backward_s": ("s", "total backward pass time; empty where not split (phase_split graph)"),
+    "optimizer_s": ("s", "total optimizer step time; empty where not split (phase_split "
+                    "graph)"),
     "eval_s": ("s", "total test-set evaluation time"),
     "samples_per_s": ("samples/s", "training samples per second of training time (median "
                       "over the epochs not disturbed)"),
@@ -275,10 +316,16 @@ EPOCH_COLUMNS: dict[str, tuple[str, str]] = {
     "epoch": ("", "epoch number, 1-based"),
     "steps": ("steps", "training steps in the epoch"),
     "samples": ("samples", "training samples in the epoch"),
-    "data_s": ("s", "fetching batches and host-to-device copy"),
-    "forward_s": ("s", "forward pass and loss"),
-    "backward_s": ("s", "backward pass"),
-    "optimizer_s": ("s", "optimizer step (and zeroing gradients)"),
+    "data_s": ("s", "fetching batches and host-to-device copy (a graph cell: the epoch's "
+               "shuffle order). Every phase on an accelerator is the device's time between "
+               "two event marks: where the host cannot keep the device fed, that is the "
+               "host's issue time of the phase's kernels, not their device time "
+               "(timing_method)"),
+    "forward_s": ("s", "forward pass and loss; empty where a CUDA graph holds the step "
+                  "(phase_split graph)"),
+    "backward_s": ("s", "backward pass; empty where a CUDA graph holds the step"),
+    "optimizer_s": ("s", "optimizer step (and zeroing gradients); empty where a CUDA graph "
+                    "holds the step"),
     "train_s": ("s", "wall time of the training part"),
     "eval_s": ("s", "test-set evaluation"),
     "epoch_s": ("s", "wall time of the whole epoch: train_s + eval_s"),
@@ -336,6 +383,10 @@ LIMIT_FIELDS: dict[str, tuple[str, str]] = {
                         "training's own kernels beat the timed ones)"),
     "limit_source": ("", "where limit_gflops came from, e.g. measured: runs/ENV/peak/cpu.json, "
                      "2 threads"),
+    "limit_note": ("", "why a cell ran past 100 % of its measured limit, from what it "
+                   "recorded (TF32 on in an fp32 cell, Winograd or FFT convolution kernels "
+                   "that do fewer multiplications than the nominal FLOPs count, or kernels "
+                   "faster than those the peak step timed); empty at or below 100 %"),
 }
 
 #: The folder of an environment that holds its measured limits: ``runs/{env}/peak/``.

@@ -21,13 +21,13 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mnistbench.core.devices import is_supported
+from mnistbench.core.devices import GRAPH_IMPLEMENTATION, is_supported
 from mnistbench.core.envvars import CONTAINER_VAR, ENV_NAME_VAR
 
 #: The experiments of a study, in the order their cells are listed within a repeat: the
 #: headline's short cells and the threads curve first, so that their repeats spread over the
 #: whole study (a drift of the machine hits every code, device and thread count alike).
-EXPERIMENTS = ("headline", "threads", "convergence", "sweep", "tips", "scale")
+EXPERIMENTS = ("headline", "threads", "convergence", "sweep", "tips", "scale", "capture")
 #: The experiment of the answer measured like for like: both codes on every device of the
 #: environment, short cells with enough repeats for an interval (:func:`headline_settings`).
 HEADLINE_EXPERIMENT = "headline"
@@ -329,8 +329,11 @@ class Cell:
     @property
     def variant(self) -> str:
         """What the id names beyond device, precision, loader and batch size: the tip of a
-        tips cell, the width of a scale cell (``x4``), or nothing."""
+        tips cell, ``graph`` for a whole-step capture cell (the capture experiment), the width
+        of a scale cell (``x4``), or nothing."""
         parts = [self.tip] if self.tip else []
+        if self.implementation == GRAPH_IMPLEMENTATION:
+            parts.append("graph")
         if self.shows_width:
             parts.append(f"x{self.width}")
         if self.threads is not None:
@@ -450,6 +453,12 @@ def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> l
         return [{**settings, "threads": threads}
                 for threads in thread_counts(spec["thread_counts"], cores)
                 for settings in headline_settings(spec, device)]
+    if experiment == "capture":  # CUDA only: elsewhere nothing would be captured
+        return [{"precision": precision, "loader": "resident", "batch_size": spec["batch_size"],
+                 "implementation": implementation}
+                for precision in spec["precisions"]
+                if device == "cuda" and is_supported(device, precision)
+                for implementation in ("tuned", GRAPH_IMPLEMENTATION)]
     if experiment == "scale":
         return [{"precision": precision, "loader": spec["loader"],
                  "batch_size": spec["batch_size"], "implementation": spec["implementation"],

@@ -573,6 +573,11 @@ class ResourceMonitor:
         # What the rest of the machine used: its busy share less this cell's own (in % of all
         # cores); above BUSY_OTHERS_PCT on average the cell was timed on a busy machine.
         others_mean = _weighted_mean(_others(in_stage), "others")
+        # GPU utilisation is NVML's share of its own sample period (1/6 s to 1 s by product)
+        # in which a kernel ran: over a stage shorter than that and two of our intervals it is
+        # noise (the same 0.04 s cell read 76 % in one run and 1 % in another): not reported.
+        gpu_span = sum(dt for r, dt in in_stage if r["gpu_util_pct"] is not None)
+        resolved = gpu_span >= self.min_util_span_s
         return {
             "system_load_mean": _weighted_mean(in_stage, "sys_cpu_pct"),
             "others_load_mean": others_mean,
@@ -581,11 +586,17 @@ class ResourceMonitor:
             "cpu_pct_peak": _peak(_windows(in_stage, "proc_cpu_pct", 0.5 * self.interval),
                                   "proc_cpu_pct"),
             "peak_rss_mb": max(rss) if rss else None,
-            "gpu_util_mean": _weighted_mean(in_stage, "gpu_util_pct"),
-            "gpu_util_peak": _peak(in_stage, "gpu_util_pct"),
+            "gpu_util_mean": _weighted_mean(in_stage, "gpu_util_pct") if resolved else None,
+            "gpu_util_peak": _peak(in_stage, "gpu_util_pct") if resolved else None,
             "gpu_power_mean_w": _weighted_mean(in_stage, "gpu_power_w"),
         }
 
+
+    @property
+    def min_util_span_s(self) -> float:
+        """The shortest stage whose GPU utilisation is reported: two sampler intervals, and
+        at least NVML's longest sample period (:data:`NVML_UTIL_PERIOD_S`)."""
+        return max(2 * self.interval, NVML_UTIL_PERIOD_S)
 
     def others_load_between(self, start: float, end: float) -> float | None:
         """The mean % of all cores other processes used between ``start`` and ``end``
@@ -613,6 +624,10 @@ def _others(pairs: Sequence[tuple[dict[str, Any], float]]) -> list[tuple[dict, f
     return [({"others": r["sys_cpu_pct"] - r["proc_cpu_pct"] / cores, "t_s": r["t_s"]}, w)
             for r, w in pairs if r["sys_cpu_pct"] is not None and r["proc_cpu_pct"] is not None]
 
+
+#: NVML's utilisation is the share of its last sample period, 1/6 s to 1 s depending on the
+#: product, in which a kernel ran: a stage shorter than the longest is not resolved.
+NVML_UTIL_PERIOD_S = 1.0
 
 #: % of all cores that other processes may use on average while a cell is timed before the
 #: cell counts as timed on a busy machine (its summary's ``busy``; the report flags it).

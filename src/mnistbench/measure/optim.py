@@ -33,13 +33,16 @@ PUBLIC_FALLBACK = "torch.optim.Adam(fused=True)"
 def _fused_adam_step(params: list[torch.Tensor], grads: list[torch.Tensor],
                      exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor],
                      steps: list[torch.Tensor], lr: float, beta1: float, beta2: float,
-                     eps: float) -> None:
+                     eps: float, grad_scale: torch.Tensor | None = None,
+                     found_inf: torch.Tensor | None = None) -> None:
     """The one call of the private kernel (looked up now, so a test can replace it): what
-    :meth:`FusedAdam.step` runs and :func:`check_private_kernel` checks."""
+    :meth:`FusedAdam.step` runs and :func:`check_private_kernel` checks. ``grad_scale`` and
+    ``found_inf`` (a GradScaler's, on the device): the kernel unscales the gradients and skips
+    the update where ``found_inf`` is set, with no host synchronisation."""
     torch._fused_adam_(
         params, grads, exp_avgs, exp_avg_sqs, [], steps,
         lr=lr, beta1=beta1, beta2=beta2, weight_decay=0.0, eps=eps,
-        amsgrad=False, maximize=False, grad_scale=None, found_inf=None)
+        amsgrad=False, maximize=False, grad_scale=grad_scale, found_inf=found_inf)
 
 
 def check_private_kernel() -> str | None:
@@ -99,7 +102,15 @@ def make_adam(params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
 
 
 class FusedAdam:
-    """Adam (Kingma & Ba) with ``betas`` and ``eps`` as torch's defaults; one fused step."""
+    """Adam (Kingma & Ba) with ``betas`` and ``eps`` as torch's defaults; one fused step.
+
+    Under a ``GradScaler`` (fp16) the scaler hands the step its scale and its inf check as
+    device tensors (``grad_scale``, ``found_inf``: the contract of
+    ``_step_supports_amp_scaling``, as for ``torch.optim.Adam(fused=True)``), so the step
+    unscales and skips on the device: no ``.item()``, no host synchronisation per step."""
+
+    #: GradScaler.step passes grad_scale and found_inf instead of reading found_inf itself.
+    _step_supports_amp_scaling = True
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
@@ -136,9 +147,15 @@ class FusedAdam:
         steps = [s["step"] for s in states]
         torch._foreach_add_(steps, 1)
         beta1, beta2 = group["betas"]
+        # Set by GradScaler.step for this call only (_step_supports_amp_scaling).
+        grad_scale = getattr(self, "grad_scale", None)
+        found_inf = getattr(self, "found_inf", None)
         _fused_adam_step(params, [p.grad for p in params], [s["exp_avg"] for s in states],
                          [s["exp_avg_sq"] for s in states], steps,
-                         lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"])
+                         lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                         grad_scale=grad_scale, found_inf=found_inf)
+        if found_inf is not None:  # a skipped step does not count (torch.optim.Adam's rule)
+            torch._foreach_sub_(steps, [found_inf.to(steps[0].dtype)] * len(steps))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop the gradients (set_to_none is the only mode, as the study uses)."""

@@ -51,13 +51,15 @@ from mnistbench.core import atomic, cpuruntime, devices, network, options, schem
 from mnistbench.core.clock import process_start_unix
 from mnistbench.core.envvars import PROCESS_START_VAR
 from mnistbench.data import mnist as data
-from mnistbench.measure import backends, disturbance, hardware, sysinfo
+from mnistbench.measure import backends, capture, disturbance, hardware, mathrecord, sysinfo
 from mnistbench.measure.loaders import Loaders, build_loaders
 from mnistbench.measure.monitor import ResourceMonitor
 from mnistbench.measure.timing import phase_timer, synchronize, timing_method
 from mnistbench.measure.trainer import Trainer, _NullTimer
 
 COMPILE_MODES = ("", "default", "reduce-overhead", "max-autotune")
+#: The phases of a step a whole-step graph does not split (measure.capture): empty columns.
+GRAPH_UNSPLIT = ("forward", "backward", "optimizer")
 OUTPUT_FILES = (schema.EPOCHS_FILE, schema.RESOURCES_FILE, schema.SUMMARY_FILE)
 
 
@@ -94,7 +96,7 @@ class TrainConfig:
     workers: int = 0
     pin_memory: bool = False
     compile: str = ""  # one of COMPILE_MODES; "" is eager
-    implementation: str = "tuned"  # tuned | stock (the blog's code as written)
+    implementation: str = "tuned"  # options.IMPLEMENTATIONS (stock: the blog's code as written)
     width: int = 1  # channel width multiplier of the convolutions (core.network)
     cudnn_benchmark: bool = True  # torch.backends.cudnn.benchmark on CUDA
     max_batch: bool = False  # find the largest batch size that fits (find_max_batch)
@@ -143,6 +145,22 @@ class TrainConfig:
         problem = options.batch_problem(self.batch_size, self.train_limit, self.max_batch)
         if problem:
             raise InvalidSetting(problem)
+        if self.implementation == options.GRAPH_IMPLEMENTATION:
+            self._check_graph()
+
+    def _check_graph(self) -> None:
+        """What the whole-step capture cannot run with (mnistbench.measure.capture)."""
+        name = options.GRAPH_IMPLEMENTATION
+        for problem, fix in (
+                (self.loader != "resident", "--loader resident (the graph gathers its batches "
+                 "from the resident split)"),
+                (self.precision == "fp16", "--precision fp32, tf32 or bf16 (the GradScaler's "
+                 "bookkeeping is not captured)"),
+                (bool(self.compile), "no --compile (the graph is the compilation)"),
+                (self.max_batch, "no --max-batch (the graphs are captured at one size)")):
+            if problem:
+                raise devices.UnsupportedCombination(
+                    f"--implementation {name} needs {fix}")
 
     def params(self) -> dict:
         """The resolved parameters, keyed as :data:`schema.PARAM_FIELDS`."""
@@ -152,7 +170,9 @@ class TrainConfig:
         values["loader_threads"] = (0 if self.loader != "dataloader" else self.workers or 1)
         values["env"] = self.env or study.environment_name()
         values["cell"] = self.cell or Path(self.out).name
-        values["cuda_graphs"] = self.compile == "reduce-overhead" and self.device == "cuda"
+        values["cuda_graphs"] = self.device == "cuda" and (
+            self.compile == "reduce-overhead"
+            or self.implementation == options.GRAPH_IMPLEMENTATION)
         values.setdefault("bf16_path", "")  # resolved once the device is up (bf16 cells)
         if self.loader != "dataloader":  # no DataLoader: its flags do not apply (null)
             values.update(dict.fromkeys(options.DATALOADER_ONLY))
@@ -254,8 +274,12 @@ def find_max_batch(cfg: TrainConfig, device: torch.device, train_size: int) -> i
 
 
 def warm_up(trainer: Trainer, loaders: Loaders, cfg: TrainConfig) -> float:
-    """Run the untimed warm-up (see module docstring) and restore the trajectory; seconds."""
-    if cfg.warmup_steps == 0:
+    """Run the untimed warm-up (see module docstring) and restore the trajectory; seconds.
+    A whole-step capture cell (``trainer.graphs``) also runs its step eagerly for each shape
+    and, after the restore, captures its graphs: both count as warm-up, whatever
+    ``warmup_steps`` says (a graph cannot run uncaptured)."""
+    graphs = trainer.graphs
+    if cfg.warmup_steps == 0 and graphs is None:
         return 0.0
     start = time.perf_counter()
     state = trainer.snapshot()
@@ -267,14 +291,30 @@ def warm_up(trainer: Trainer, loaders: Loaders, cfg: TrainConfig) -> float:
         shapes.append(tail)
     for size in shapes:
         trainer.step(*loaders.sample_batch("train", size), null)
+    if trainer.device.type == "cuda" and shapes:
+        cfg.resolved["math_conv_kernels"] = _profiled_kernels(
+            lambda: trainer.step(*loaders.sample_batch("train", full), null))
     eval_shapes = {min(cfg.eval_batch_size, loaders.test_size)}
     if loaders.test_size % cfg.eval_batch_size:
         eval_shapes.add(loaders.test_size % cfg.eval_batch_size)
     trainer.evaluate(loaders.sample_batch("test", s) for s in sorted(eval_shapes))
+    if graphs is not None:
+        graphs.warm_up()
     synchronize(cfg.device)
     trainer.restore(state)
+    if graphs is not None:
+        graphs.capture_graphs()
     synchronize(cfg.device)
     return time.perf_counter() - start
+
+
+def _profiled_kernels(step) -> str:
+    """The convolution and matmul kernels of one warm-up ``step`` (mathrecord); a profiler
+    that fails is said in the field, never a failed cell."""
+    try:
+        return mathrecord.profile_kernels(step)
+    except Exception as exc:  # the profiler is a recorder here, not the measurement
+        return f"not recorded: the profiler failed: {type(exc).__name__}: {_first_line(exc)}"
 
 
 PROGRESS_LOG_EVERY_S = 60.0  # s between two progress lines off a terminal
@@ -317,15 +357,23 @@ class Progress:
         sys.stderr.flush()
 
 
+def steps_per_epoch_of(loaders: Loaders, cfg: TrainConfig) -> int:
+    """Training steps in one timed epoch: the loader's, capped by ``max_steps``."""
+    steps = len(loaders.train)
+    return min(steps, cfg.max_steps) if cfg.max_steps else steps
+
+
 def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
                  progress: Progress, rows: list[dict]) -> dict:
     """The timed epochs: appends one row of ``epochs.csv`` to ``rows`` per finished epoch;
-    returns the energy used over them."""
+    returns the energy used over them. A whole-step capture cell (``trainer.graphs``) times
+    its epoch as three phases: data (the epoch's shuffle order drawn and copied to the
+    device), the steps (one replay each: forward, backward and optimizer inside, not split)
+    and eval; its forward, backward and optimizer columns stay empty."""
     dev = cfg.device
     timer = phase_timer(dev)
-    steps_per_epoch = len(loaders.train)
-    if cfg.max_steps:
-        steps_per_epoch = min(steps_per_epoch, cfg.max_steps)
+    steps_per_epoch = steps_per_epoch_of(loaders, cfg)
+    graphs = trainer.graphs
     monitor.set_stage("train")
     energy_start = monitor.energy()
     monitor.record_gpu_state("start")
@@ -335,31 +383,45 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
         wall_start = time.perf_counter()
         timer.start()
         steps = samples = 0
-        for x, y in loaders.train:
+        if graphs is not None:
+            graphs.begin_epoch(loaders.train.epoch_order())
             timer.mark("data")
-            trainer.step(x, y, timer)
-            steps += 1
-            samples += len(y)
-            progress.update(epoch, cfg.epochs, steps, steps_per_epoch, wall_start)
-            if steps == steps_per_epoch:
-                break
+            for step in range(steps_per_epoch):
+                graphs.replay(step)
+            timer.mark(capture.PHASE_SPLIT_GRAPH)
+            steps = steps_per_epoch
+            samples = sum(graphs.size_of(i) for i in range(steps))
+        else:
+            for x, y in loaders.train:
+                timer.mark("data")
+                trainer.step(x, y, timer)
+                steps += 1
+                samples += len(y)
+                progress.update(epoch, cfg.epochs, steps, steps_per_epoch, wall_start)
+                if steps == steps_per_epoch:
+                    break
         loss, correct, count = trainer.evaluate(loaders.test)
         timer.mark("eval")
         phases, _span = timer.totals()  # synchronises once on CUDA
         wall = time.perf_counter() - wall_start
-        losses, sizes = trainer.take_losses()
+        if graphs is not None:
+            losses, sizes = graphs.take_losses(steps)
+        else:
+            losses, sizes = trainer.take_losses()
         test_loss = loss.item() / max(count, 1)
         check_losses(losses, test_loss, epoch, cfg)
         train_loss = math.fsum(v * n for v, n in zip(losses, sizes, strict=True)) / max(samples, 1)
         progress.update(epoch, cfg.epochs, steps, steps_per_epoch, wall_start, force=True)
-        train_s = sum(phases.get(p, 0.0) for p in schema.PHASES if p != "eval")
+        train_s = sum(v for p, v in phases.items() if p != "eval")
+        # Phases a graph holds together are not measured apart: empty, never invented.
+        unsplit = set(GRAPH_UNSPLIT) if graphs is not None else set()
         # What else used the machine during this epoch (read outside the timed span).
         others = monitor.others_load_between(wall_start, wall_start + wall)
         rows.append({
             "epoch": epoch,
             "steps": steps,
             "samples": samples,
-            **{f"{p}_s": phases.get(p, 0.0) for p in schema.PHASES},
+            **{f"{p}_s": None if p in unsplit else phases.get(p, 0.0) for p in schema.PHASES},
             "train_s": train_s,
             "epoch_s": wall,
             "train_loss": train_loss,
@@ -434,7 +496,7 @@ def headline(rows: list[dict], width: int = 1) -> dict:
         "total_s": sum(r["epoch_s"] if not why else median
                        for r, why in zip(rows, flags, strict=True)),
         "disturbed_epochs": sum(1 for why in flags if why),
-        **{f"{p}_s": sum(r[f"{p}_s"] for r in rows) for p in schema.PHASES},
+        **{f"{p}_s": _total(r[f"{p}_s"] for r in rows) for p in schema.PHASES},
         "samples_per_s": rate,
         "train_flops_per_sample": per_sample,
         "achieved_gflops": per_sample * rate / 1e9 if rate else None,
@@ -445,6 +507,12 @@ def headline(rows: list[dict], width: int = 1) -> dict:
         "final_test_loss": rows[-1]["test_loss"],
         "final_train_loss": rows[-1]["train_loss"],
     }
+
+
+def _total(values) -> float | None:
+    """The sum of ``values``; None when any is None (a phase not measured apart)."""
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -516,7 +584,10 @@ def set_up(cfg: TrainConfig) -> CellRun | int:
     except cpuruntime.AllocatorError as exc:
         print(f"mnistbench train: error: {exc}", file=sys.stderr)
         return 2
-    cfg.eval_batch_size = cfg.eval_batch_size or cfg.batch_size
+    # The whole-step capture evaluates in large batches: the whole test split at once.
+    graphed = cfg.implementation == options.GRAPH_IMPLEMENTATION
+    cfg.eval_batch_size = cfg.eval_batch_size or (
+        options.MNIST_TEST_SAMPLES if graphed else cfg.batch_size)
     out = Path(cfg.out)
     created = prepare_out(out)
     if cfg.threads:
@@ -567,6 +638,12 @@ def execute(run: CellRun) -> None:
             if find_max_batch(cfg, device, loaders.train_size) != start:
                 loaders = build_loaders(cfg, device, shuffle_gen)  # at the size found
         run.trainer = Trainer(cfg, device, seeds["init"])
+        if cfg.implementation == options.GRAPH_IMPLEMENTATION:
+            run.trainer.graphs = capture.StepGraphs(
+                run.trainer, loaders.train.images, loaders.train.labels, cfg.batch_size,
+                steps_per_epoch_of(loaders, cfg), capture=device.type == "cuda")
+        timing["phase_split"] = (capture.PHASE_SPLIT_STEPS if run.trainer.graphs is None
+                                 else capture.PHASE_SPLIT_GRAPH)
         terminal = sys.stderr.isatty()  # off one, a line a minute even with --quiet
         progress = Progress(enabled=not cfg.quiet and terminal,
                             log_every_s=0.0 if terminal else PROGRESS_LOG_EVERY_S)
@@ -574,6 +651,7 @@ def execute(run: CellRun) -> None:
         with time_limit(cfg.time_limit):
             monitor.set_stage("warmup")
             timing["warmup_s"] = warm_up(run.trainer, loaders, cfg)
+            cfg.resolved.update(mathrecord.settings())  # what the timed epochs run with
             run.energy = train_epochs(run.trainer, loaders, cfg, monitor, progress, run.rows)
     except TimeLimitReached:
         where = ("in the warm-up" if "warmup_s" not in timing

@@ -51,6 +51,9 @@ class Trainer:
         # take_losses() reads them all at once; _sizes holds each step's samples.
         self._losses = torch.zeros(0, device=device)
         self._sizes: list[int] = []
+        #: The whole-step capture of a tuned-graph cell (measure.capture.StepGraphs), set by
+        #: the cell once its data is loaded; None for every other cell.
+        self.graphs = None
 
     def begin_epoch(self, steps: int) -> None:
         """Start a new loss record with room for ``steps`` steps (allocated here, outside the
@@ -121,7 +124,9 @@ class Trainer:
         return state
 
     def restore(self, state: dict) -> None:
-        """Put back what :meth:`snapshot` saved; the loss record and scaler start anew."""
+        """Put back what :meth:`snapshot` saved; the loss record starts anew. The GradScaler
+        (fp16) keeps what the warm-up taught it (its scale and growth tracker): recreating it
+        would throw that calibration away and redo it in timed epoch 1."""
         self.base.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["cpu_rng"])
@@ -129,6 +134,4 @@ class Trainer:
             torch.cuda.set_rng_state(state["cuda_rng"], self.device)
         if "device_rng" in state:
             self.backend.set_rng_state(state["device_rng"])
-        if self.scaler is not None:
-            self.scaler = torch.amp.GradScaler(self.device.type)
         self._sizes = []

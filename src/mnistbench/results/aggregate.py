@@ -37,6 +37,7 @@ them back with the right types for the report.
 from __future__ import annotations
 
 import csv
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ TEXT_COLUMNS = frozenset(
     {*schema.ID_COLUMNS, "status", "reason", "device", "precision", "loader", "stage",
      "pin_memory", "compile", "cuda_graphs", "bf16_path", "timing_method", "gpu_throttle_start",
      "allocator", "implementation", "cudnn_benchmark", "max_batch", "max_batch_stop", "tip",
-     "busy", "disturbed",
+     "busy", "disturbed", "phase_split",
+     *(k for k in schema.PARAM_FIELDS if k.startswith("math_")),
      "gpu_throttle_end", *schema.ENV_FIELDS, *schema.DERIVED_FIELDS}
     | {k for k, (unit, _) in schema.TIMING_FIELDS.items() if unit == "ISO 8601"}
     | {k for k, (unit, _) in schema.LIMIT_FIELDS.items() if not unit})
@@ -209,15 +211,49 @@ def limit_columns(row: Mapping[str, object], peaks: Mapping[tuple[str, str], val
         return out
     achieved = row.get("achieved_gflops")
     threads = f"{peak.threads} thread{'' if peak.threads == 1 else 's'}"
+    share = (achieved / best["gflops"] * 100
+             if isinstance(achieved, int | float) and not isinstance(achieved, bool) else None)
     out.update(
         limit_gflops=best["gflops"],
         limit_kernel=f"{best['kernel']} {best['shape']}",
-        limit_share_pct=(achieved / best["gflops"] * 100
-                         if isinstance(achieved, int | float) and not isinstance(achieved, bool)
-                         else None),
+        limit_share_pct=share,
         limit_source=f"measured: {_limit_file(runs_name, row['env'], peak.device)}, {threads}",
+        limit_note=past_limit_reason(row) if share is not None and share > 100 else None,
     )
     return out
+
+
+#: Kernel names (math_conv_kernels) that do fewer multiplications than a direct
+#: convolution's nominal FLOPs, and those that run fp32 operands on TF32 tensor cores.
+_FEWER_FLOPS_KERNEL = re.compile(r"winograd|fft", re.IGNORECASE)
+_TF32_KERNEL = re.compile(r"tf32", re.IGNORECASE)
+
+
+def past_limit_reason(row: Mapping[str, object]) -> str:
+    """Why a cell (a summary row) ran past 100 % of its measured limit, from the math it
+    recorded (the ``math_*`` params, mnistbench.measure.mathrecord); a generic reason where
+    it recorded nothing that explains it (cells of schema version 4 recorded none)."""
+    reasons = []
+    fp32 = row.get("precision") == "fp32"
+    if fp32 and (_flag(row.get("math_tf32_cudnn")) or _flag(row.get("math_tf32_matmul"))):
+        reasons.append("TF32 was on in an fp32 cell (math_tf32_cudnn, math_tf32_matmul)")
+    kernels = str(row.get("math_conv_kernels") or "")
+    if fp32 and _TF32_KERNEL.search(kernels):
+        reasons.append("its convolution kernels ran TF32 (math_conv_kernels)")
+    if _FEWER_FLOPS_KERNEL.search(kernels):
+        reasons.append("cuDNN chose Winograd or FFT convolutions, which do fewer "
+                       "multiplications than the nominal FLOPs the cell counts")
+    if not reasons:
+        recorded = "recorded no" if row.get("math_tf32_cudnn") not in (None, "") else (
+            "recorded no math settings (older schema): no")
+        reasons.append(f"its kernels ran faster than the shapes the peak step timed (the cell "
+                       f"{recorded} TF32 nor Winograd/FFT kernels that would explain it)")
+    return "past 100 % of the measured limit: " + "; ".join(reasons)
+
+
+def _flag(value: object) -> bool:
+    """A boolean param as read back from JSON or a CSV cell."""
+    return value is True or str(value).strip().lower() == "true"
 
 
 def _limit_file(runs_name: str, env: object, device: object) -> str:
