@@ -30,8 +30,8 @@ SECTIONS = ("verdict", "caveats", "findings", "headline", "blog", "time", "phase
 #: partial the page includes, in its order.
 OPTIONAL_SECTIONS = ("answer", "threads")
 PARTIALS = ("verdict", "caveats", "answer", "findings", "headline", "blog", "time", "phases",
-            "throughput", "threads", "why", "convergence", "resources", "cost", "tips", "recommendations",
-            "gpu", "matrix", "runtimes", "methodology")
+            "throughput", "threads", "why", "convergence", "resources", "cost", "tips",
+            "recommendations", "gpu", "matrix", "runtimes", "methodology")
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 COMMAND = 'make study && echo "<done>"'
 ROOT = Path(__file__).resolve().parents[2]
