@@ -43,6 +43,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -414,7 +415,7 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor,
         progress.update(epoch, cfg.epochs, steps, steps_per_epoch, wall_start, force=True)
         train_s = sum(v for p, v in phases.items() if p != "eval")
         # Phases a graph holds together are not measured apart: empty, never invented.
-        unsplit = set(GRAPH_UNSPLIT) if graphs is not None else set()
+        unsplit: set[str] = set(GRAPH_UNSPLIT) if graphs is not None else set()
         # What else used the machine during this epoch (read outside the timed span).
         others = monitor.others_load_between(wall_start, wall_start + wall)
         rows.append({
@@ -680,7 +681,7 @@ def execute(run: CellRun) -> None:
 def results_of(run: CellRun) -> dict:
     """The summary's results: headline figures of an ok cell, resource use, peak memory,
     energy."""
-    results = {k: None for k in schema.RESULT_FIELDS}
+    results: dict[str, Any] = {k: None for k in schema.RESULT_FIELDS}
     if run.status == "ok":
         results.update(headline(run.rows, run.cfg.width))
     results.update(run.monitor.summary(stage="train"))

@@ -5,12 +5,16 @@ its phase marks, the evaluation, and a snapshot of every state to undo the warm-
 from __future__ import annotations
 
 import copy
+from typing import TYPE_CHECKING
 
 import torch
 from torch.nn import functional as F
 
 from mnistbench.measure import backends, model
 from mnistbench.measure.optim import AdamImpl, make_adam
+
+if TYPE_CHECKING:
+    from mnistbench.measure.capture import StepGraphs
 
 #: What sources.adam records for the stock implementation.
 STOCK_ADAM = "torch.optim.Adam (stock)"
@@ -53,7 +57,7 @@ class Trainer:
         self._sizes: list[int] = []
         #: The whole-step capture of a tuned-graph cell (measure.capture.StepGraphs), set by
         #: the cell once its data is loaded; None for every other cell.
-        self.graphs = None
+        self.graphs: StepGraphs | None = None
 
     def begin_epoch(self, steps: int) -> None:
         """Start a new loss record with room for ``steps`` steps (allocated here, outside the

@@ -723,7 +723,7 @@ def read_peak(path: Path, device: str | None = None) -> Peak:
         raise bad("status is ok but rows is empty")
     if not ok and rows:
         raise bad(f"status is {status} but it holds {len(rows)} row(s), expected none")
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
     for index, row in enumerate(rows):
         where = f"rows[{index}]"
         if not isinstance(row, dict) or set(row) != set(schema.PEAK_ROW_FIELDS):
