@@ -161,7 +161,10 @@ def make_study(runs: Path, *, envs: Sequence[str] = ("alpha",),
                                    "math_matmul_precision": "highest",
                                    "math_cudnn_benchmark": device == "cuda",
                                    "math_deterministic": "det=off cudnn=off",
-                                   "math_conv_kernels": None})
+                                   # Profiled on CUDA only (one warm-up step's kernels).
+                                   "math_conv_kernels": (
+                                       "conv: cudnn::winograd_fprop; matmul: sm90_gemm_f32"
+                                       if device == "cuda" else None)})
                     params.update(extra_params)
                     folder = runs / env / experiment / cid
                     write_cell(folder, params, status=status, reason=reason, machine=machine,

@@ -25,7 +25,7 @@ def tiny_peak(monkeypatch):
     from mnistbench.measure import peak
 
     monkeypatch.setattr(peak, "MIN_SECONDS", 0.02)
-    monkeypatch.setitem(peak.MATMUL_N, "cpu", 64)
+    monkeypatch.setitem(peak.MATMUL_N, "cpu", (64,))
     monkeypatch.setattr(peak, "CONV_BATCH", 2)
     return peak
 
