@@ -115,7 +115,8 @@ def test_a_deployed_module_dry_runs_then_runs_the_quick_study_end_to_end(deploye
     assert dry.returncode == 0, dry.stdout
     planned = bench_cells(dry.stdout)
     experiments = {cell.split("/")[0] for cell in planned}
-    assert experiments == {"convergence", "sweep", "tips", "scale"}, dry.stdout
+    assert experiments == {"headline", "threads", "convergence", "sweep", "tips", "scale"}, \
+        dry.stdout
     last = dry.stdout.strip().splitlines()[-1]
     assert last.startswith(f"estimate: {len(planned)} cells, about "), dry.stdout[-2000:]
     assert not (deployed / "results").exists()

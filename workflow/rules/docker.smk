@@ -38,4 +38,6 @@ def cell_image(wildcards):
 
 
 if config["runner"] == "docker":
-    START_HOOKS.append(check_docker_engine)
+    # Before the fork server and the estimate, which writes under results/: a missing engine
+    # stops the run having written nothing.
+    START_HOOKS.insert(START_HOOKS.index(check_software) + 1, check_docker_engine)
