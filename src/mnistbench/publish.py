@@ -519,25 +519,11 @@ def _environment(env: str, rows: Sequence[dict], versions: set) -> dict:
 README_TEMPLATE = "publication-README.md.j2"
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def inert(value: object) -> str:
-    """``value`` as text that Markdown shows as it is: on one line (newlines become spaces,
-    other control characters go), in a code span fenced by more backticks than it holds (so
-    no backtick closes it, and HTML or Markdown in it stays text)."""
-    text = " ".join(_CONTROL.sub("", str(value)).splitlines())
-    if not text.strip():
-        return "` `"
-    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text[0] in "` " or text[-1] in "` " else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def inert_cell(value: object) -> str:
-    """:func:`inert` for a cell of a Markdown table: a pipe in it is escaped (GFM would end
-    the cell there, even inside a code span)."""
-    return inert(value).replace("|", "\\|")
+#: ``value`` as text that Markdown shows as it is, on one line, in a code span no backtick of
+#: it closes (HTML or Markdown in it stays text); one home: mnistbench.core.untrusted.
+inert = untrusted.markdown_code
+#: :data:`inert` for a cell of a Markdown table (a pipe in it escaped).
+inert_cell = untrusted.markdown_cell
 
 
 def fence_for(text: object) -> str:
@@ -572,8 +558,7 @@ def readme(manifest: dict) -> str:
                                         manifest["render"]["cost_model"],
                                         manifest["git_revision"]))
     return template.render(m=manifest, hw=hw, statuses=statuses, gpu=gpu,
-                           fence=fence_for(block), one_line=lambda v: " ".join(
-                               _CONTROL.sub("", str(v)).splitlines()))
+                           fence=fence_for(block), one_line=untrusted.one_line)
 
 
 # ---------------------------------------------------------------------------------------------
