@@ -492,7 +492,7 @@ def test_cell_in_container_matches_local_run(image, ro_data, tmp_path):
 
 
 @pytest.mark.docker
-@pytest.mark.slow
+@pytest.mark.docker_long
 def test_code_change_rebuild_reuses_dependency_layers(image, tmp_path):
     """After a change to the package's source, a rebuild takes the torch and dependency layers
     from the cache and rebuilds only the package and the layers after it."""
@@ -583,7 +583,7 @@ def _summary_rows(results: Path) -> tuple[list[str], dict[str, dict]]:
 
 
 @pytest.mark.docker
-@pytest.mark.slow
+@pytest.mark.docker_long
 def test_workflow_docker_runner_matches_local_runner(image, ro_data, tmp_path):
     """runner: docker builds each device's image, records its ID and runs each cell in it: the
     same summary.csv columns and statuses per cell as runner: local (cuda unavailable where
