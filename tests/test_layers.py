@@ -62,6 +62,16 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def imported_from(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` names, relative imports resolved against
+    ``package`` (below mnistbench)."""
+    if not node.level:
+        return node.module or ""
+    base = ["mnistbench", *package.split(".")] if package else ["mnistbench"]
+    base = base[:len(base) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports(path: Path, name: str, mods: dict[str, Path]) -> list[tuple[str, int]]:
     """Every module ``path`` imports (function-level imports included), with its line: names
     below mnistbench as ``mnistbench.X.Y`` (``mods``: :func:`modules`), others by their
@@ -72,12 +82,7 @@ def imports(path: Path, name: str, mods: dict[str, Path]) -> list[tuple[str, int
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ["mnistbench", *package.split(".")] if package else ["mnistbench"]
-                base = base[:len(base) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = imported_from(node, package)
             if module == "mnistbench" or module.startswith("mnistbench."):
                 for alias in node.names:  # `from mnistbench.core import schema` names a module
                     sub = f"{module}.{alias.name}".removeprefix("mnistbench.")
@@ -200,12 +205,7 @@ def private_uses(path: Path, name: str, mods: dict[str, Path]) -> list[tuple[str
                 if alias.name.startswith("mnistbench.") and inner in mods:
                     bound[alias.asname or alias.name] = inner
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ["mnistbench", *package.split(".")] if package else ["mnistbench"]
-                base = base[:len(base) - node.level + 1]
-                module = ".".join(base + ([node.module] if node.module else []))
-            else:
-                module = node.module or ""
+            module = imported_from(node, package)
             if not (module == "mnistbench" or module.startswith("mnistbench.")):
                 continue
             for alias in node.names:
