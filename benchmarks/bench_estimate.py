@@ -5,8 +5,9 @@ duration, the last within 20 %).
 Runs ``snakemake --cores all`` on the project's Snakefile with config/config.yaml and
 config/quick.yaml in a fresh working directory (so the first estimate has no earlier results
 of this machine to learn from: what a newcomer gets), the MNIST files from ``--data``, and
-reads the lines the study prints (mnistbench.launch.estimate): the first estimate, printed
-before the first cell, the one after half of the cells, and the last, after the last cell.
+reads the lines the study prints (mnistbench.launch.estimate): the one from a default limit
+before any job ("default", no target), the first from the measured limit, printed before the
+first cell ends, the one after half of the cells, and the last, after the last cell.
 Each gives a predicted duration, the time spent when it was printed plus the time it said was
 left; each is printed beside the measured duration of the whole run (Snakemake's start to its
 exit) with their ratio. Exit status 1 when a target is missed. Run it on a quiet machine: the
@@ -53,8 +54,11 @@ def predictions(lines: list[tuple[float, str]], started: float) -> dict[str, flo
     done: list[tuple[int, int, float]] = []
     for at, line in lines:
         first = _FIRST.match(line)
-        if first and "first" not in out:
-            out["first"] = at - started + seconds(first.group(2))
+        # The line before any job (a default limit while the peak jobs are pending) is
+        # "default"; the first from the measured limit, before the first cell ends, "first".
+        name = "default" if first and "(not measured yet)" in line else "first"
+        if first and name not in out:
+            out[name] = at - started + seconds(first.group(2))
         found = _DONE.match(line)
         if found:
             n, total = int(found.group(1)), int(found.group(2))
@@ -138,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nquick study, {machine}, measured {measured:.0f} s end to end")
     print(f"{'estimate':<8} {'predicted s':>12} {'measured s':>11} {'ratio':>7}  target")
     ok = True
-    for name in ("first", "half", "last"):
+    for name in ("default", "first", "half", "last"):
+        if name not in predicted:  # no line from a default limit: no peak job was pending
+            continue
         ratio = predicted[name] / measured
         if name == "first":
             met = 1 / FIRST_TARGET <= ratio <= FIRST_TARGET

@@ -21,6 +21,9 @@ def test_predictions_add_the_time_spent_to_the_time_left():
     started = 1000.0
     lines = [
         (1001.0, "Building DAG of jobs..."),
+        (1002.0, "estimate: 4 cells, about 1 min 00 s (30 s to 2 min 00 s) on this machine, "
+                 "ending about 10:00 UTC; from the plan's FLOPs, a default limit (not measured "
+                 "yet), ..."),
         (1030.0, "estimate: 4 cells, about 2 min 00 s (1 min 00 s to 4 min 00 s) on this "
                  "machine, ending about 10:00 UTC; from the plan's FLOPs, ..."),
         (1060.0, "estimate: 1/4 cells done (sweep/a); 30 s spent, about 1 min 40 s left "
@@ -31,6 +34,6 @@ def test_predictions_add_the_time_spent_to_the_time_left():
         (1150.0, "estimate: 4/4 cells done (sweep/d); 2 min 00 s spent, about 30 s left "
                  "(27 s to 33 s), ending about 10:00 UTC"),
     ]
-    assert bench.predictions(lines, started) == {"first": 30 + 120, "half": 100 + 60,
-                                                 "last": 150 + 30}
+    assert bench.predictions(lines, started) == {"default": 2 + 60, "first": 30 + 120,
+                                                 "half": 100 + 60, "last": 150 + 30}
     assert bench.predictions(lines[:1], started) == {}

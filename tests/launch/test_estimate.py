@@ -205,7 +205,12 @@ def test_the_watcher_prints_the_estimate_after_the_peak_then_a_line_per_cell(tmp
     clock = Clock()
     watcher = est.Watcher(plan, lines.append, now=clock, heartbeat_s=60.0)
     watcher.poll()
-    assert lines == []  # the peak job has not written its record: no first line yet
+    # The peak job has not written its record: at once, the estimate from a default limit.
+    assert len(lines) == 1 and lines[0].startswith("estimate: 4 cells, about ")
+    assert "a default limit (not measured yet)" in lines.pop()
+    assert watcher.preliminary is not None and watcher.first is None
+    watcher.poll()
+    assert lines == []  # nothing new
     clock.now += 60  # a line a minute while the jobs before the cells run
     watcher.poll()
     assert lines.pop() == ("progress: 1 min 00 s spent; the cells start once the jobs before "

@@ -130,11 +130,17 @@ def test_a_deployed_module_dry_runs_then_runs_the_quick_study_end_to_end(deploye
     assert {f"{r['experiment']}/{r['cell']}" for r in rows} == planned
     assert {r["status"] for r in rows} == {"ok"}
     assert (deployed / "results" / "report" / "index.html").stat().st_size > 10_000
-    # The workflow's hooks ran in the module: the fork server started the cells, the
-    # estimate came before the first cell and a line after each.
+    # The workflow's hooks ran in the module: the fork server started the cells, an
+    # estimate from a default limit came before any job, the measured one after the peak
+    # jobs (the watcher looks once a second: before any cell ends) and a line after each.
     assert (deployed / "results" / "logs" / "forkserver.log").exists()
-    first = out.index(f"estimate: {len(planned)} cells, about ")
-    assert first < out.index("rule bench:") and "the measured limit" in out[first:first + 400]
+    head = f"estimate: {len(planned)} cells, about "
+    first = out.index(head)
+    assert first < out.index("rule peak:") < out.index("rule bench:"), out[-6000:]
+    assert "a default limit (not measured yet)" in out[first:first + 400]
+    measured = out.index(head, first + 1)
+    assert "the measured limit" in out[measured:measured + 400]
+    assert out.index("rule peak:") < measured < out.index("estimate: 1/"), out[-6000:]
     done = re.findall(r"^estimate: (\d+)/(\d+) cells done", out, re.MULTILINE)
     assert [int(d) for d, _ in done] == list(range(1, len(planned) + 1))
     plan = estimate.Plan.from_json(

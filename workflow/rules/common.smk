@@ -165,8 +165,9 @@ STOP_HOOKS.append(stop_fork_server)
 # The study's duration (mnistbench.launch.estimate; docs/workflow.md): the execution's plan
 # (its pending cells in run order, its peak jobs) goes to results/logs/estimate/plan.json
 # (`mnistbench estimate` reads it), and a watcher thread of this process follows the files the
-# jobs write: the estimate once the peak jobs are done (before the first cell), a time-left
-# line after each cell, a line a minute while a cell runs. Lines go through Snakemake's logger:
+# jobs write: an estimate from a default limit at once, the estimate from the measured limit
+# once the peak jobs are done (it looks once a second: before any cell ends), a time-left line
+# after each cell, a line a minute while a cell runs. Lines go through Snakemake's logger:
 # the terminal, .snakemake/log/, a container's output, the log of a SLURM job running it.
 # A dry run prints the estimate for its pending cells as its last line.
 ESTIMATE = {}

@@ -413,7 +413,8 @@ def waiting_line(spent_s: float, peaks_left: int) -> str:
 # The watcher: inside the Snakemake process, over the files the jobs write
 class Watcher:
     """Follows one execution from the files its jobs write (the peak records, each cell's
-    summary.json): prints the first estimate once the peak jobs are done, a progress line
+    summary.json): prints an estimate from a default limit at once when peak jobs are
+    pending (before any job runs), the first estimate once they are done, a progress line
     after each finished cell, and a line a minute while a cell runs. ``say`` prints a line;
     ``now`` is the clock (tests give fakes and call :meth:`poll` themselves)."""
 
@@ -426,6 +427,7 @@ class Watcher:
         self.typical = plan.typical_x()
         self.done: dict[tuple[str, str, str], Observation | None] = {}
         self.announced = False
+        self.preliminary: Estimate | None = None
         self.first: Estimate | None = None
         self.last: Estimate | None = None
         self.cell_start: float | None = None
@@ -452,7 +454,12 @@ class Watcher:
         peaks_left = self._peaks_left()
         if not self.announced:
             if peaks_left and self.plan.cells:
-                if now - self.last_line >= self.heartbeat_s:
+                if self.preliminary is None:  # at once, from a default limit: a person sees
+                    # the study's size before any job; the measured one follows the peaks
+                    self.preliminary = estimate(self.plan, self.model, spent_s=0.0,
+                                                peaks_left=peaks_left)
+                    self._emit(first_line(self.preliminary, now), now)
+                elif now - self.last_line >= self.heartbeat_s:
                     self._emit(waiting_line(now - self.started, peaks_left), now)
                 return
             self.announced = True
