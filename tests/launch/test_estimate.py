@@ -198,6 +198,18 @@ class Clock:
         return self.now
 
 
+def test_the_line_while_a_cell_runs_counts_down_through_it():
+    """While a cell estimated at 10 min runs, the time left falls with it, and stops at the
+    cells after it once the cell outruns its estimate."""
+    left = est.Estimate(total=3, done=1, left_s=1800.0, low_s=900.0, high_s=3600.0,
+                        spent_s=120.0, measured_peak=True, model=est.Model())
+    lines = [est.running_line(left, "convergence/c", running, 600.0)
+             for running in (60.0, 300.0, 900.0)]
+    assert [line.split("; ")[1] for line in lines] == [
+        "2 min 00 s spent, about 29 min 00 s left", "2 min 00 s spent, about 25 min 00 s left",
+        "2 min 00 s spent, about 20 min 00 s left"]
+
+
 def test_the_watcher_prints_the_estimate_after_the_peak_then_a_line_per_cell(tmp_path):
     cells = [cell(repeat=r) for r in range(4)]
     plan = est.Plan.of_cells(cells, [(ENV, "cpu")], str(tmp_path), 2, [ENV])

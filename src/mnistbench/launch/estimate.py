@@ -395,11 +395,14 @@ def progress_line(est: Estimate, now: float, cell: str = "") -> str:
             f"{duration(est.high_s)}), ending about {clock(now + est.left_s)}")
 
 
-def running_line(est: Estimate, cell: str, running_s: float) -> str:
-    """The line a minute while a cell runs (a person watching a log sees the study move)."""
+def running_line(est: Estimate, cell: str, running_s: float, cell_s: float = 0.0) -> str:
+    """The line a minute while a cell runs (a person watching a log sees the study move):
+    the time left counts down through the running cell (its estimate ``cell_s``), never
+    below the cells after it."""
+    left = est.left_s - min(running_s, cell_s)
     return (f"progress: cell {est.done + 1}/{est.total} ({cell}) running for "
             f"{duration(running_s)}; {duration(est.spent_s)} spent, about "
-            f"{duration(est.left_s)} left")
+            f"{duration(left)} left")
 
 
 def waiting_line(spent_s: float, peaks_left: int) -> str:
@@ -483,7 +486,8 @@ class Watcher:
             running = next((w for w in self.plan.cells if w.key not in self.done), None)
             if running is not None:
                 est = estimate(self.plan, self.model, self.done, now - self.started, 0)
-                self._emit(running_line(est, running.name, now - self.cell_start), now)
+                cell_s = self.model.seconds(self.plan.x(running)[0], running.code)
+                self._emit(running_line(est, running.name, now - self.cell_start, cell_s), now)
 
     def start(self, interval_s: float = 1.0) -> None:
         """Poll every ``interval_s`` in a daemon thread until :meth:`stop`."""
