@@ -462,7 +462,13 @@ def _add_pack(sub) -> None:
     p.add_argument("--runs", type=Path, default=Path("results/runs"),
                    help="runs folder (default: %(default)s)")
     p.add_argument("--out", type=Path, default=None,
-                   help="the archive to write (default: ENV.mnistbench.tar.gz here)")
+                   help="the archive to write (default: ENV.mnistbench.tar.gz here, with "
+                   "--as: NAME.mnistbench.tar.gz)")
+    p.add_argument("--as", dest="rename", default=None, metavar="NAME",
+                   help="hold the environment under NAME in the archive (each cell's env "
+                   "rewritten, nothing measured changed; the manifest records the old name): "
+                   "for two machines whose host names, and so default environment names, "
+                   "match (default: its own name)")
     p.set_defaults(func=_cmd_pack)
 
 
@@ -472,7 +478,7 @@ def _cmd_pack(args) -> int:
 
     env = args.env or study.environment_name()
     try:
-        path = archive.pack(args.runs, env, args.out, log=_stderr)
+        path = archive.pack(args.runs, env, args.out, log=_stderr, rename=args.rename)
     except archive.ArchiveError as exc:
         raise CliError(str(exc)) from None
     print(path)

@@ -113,6 +113,40 @@ def test_pack_then_unpack_merges_the_environment_beside_the_existing_one(tmp_pat
     assert sorted({row.split(",")[0] for row in rows}) == ["alpha", "beta"]
 
 
+def test_pack_as_another_name_merges_beside_an_environment_of_the_same_name(tmp_path):
+    """Two machines with one host name (so one default environment name): packed with --as,
+    the first lands beside the second under the new name; each cell's params.env is the new
+    name and nothing else of it changed; the manifest records the old name; the source is
+    untouched."""
+    runs_a, runs_b = tmp_path / "a" / "runs", tmp_path / "b" / "runs"
+    small_study(runs_a)
+    small_study(runs_b)  # the other machine's "alpha"
+    before = tree(runs_a)
+    out = tmp_path / "cli" / "gamma.tar.gz"
+    assert cli.main(["pack", ENV, "--runs", str(runs_a), "--as", "gamma", "--out", str(out)]) \
+        == 0
+    assert tree(runs_a) == before
+    manifest = json.loads(read_members(out)[0][1])
+    assert (manifest["env"], manifest["renamed_from"]) == ("gamma", ENV)
+    result = archive.unpack(out, runs_b)
+    assert result.env == "gamma" and result.cells == 2
+    assert sorted(p.name for p in runs_b.iterdir()) == ["alpha", "gamma"]
+    old, new = tree(runs_a / ENV), tree(runs_b / "gamma")
+    assert set(old) == set(new)
+    for name, data in old.items():
+        if name.endswith(schema.SUMMARY_FILE):
+            was, now = json.loads(data), json.loads(new[name])
+            assert now["params"].pop("env") == "gamma" and was["params"].pop("env") == ENV
+            assert now == was
+        else:
+            assert new[name] == data, name
+    aggregate.aggregate(runs_b, tmp_path / "tables")
+    rows = (tmp_path / "tables" / "summary.csv").read_text().splitlines()[1:]
+    assert sorted({row.split(",")[0] for row in rows}) == ["alpha", "gamma"]
+    with pytest.raises(archive.ArchiveError, match="Give another name"):
+        archive.pack(runs_a, ENV, tmp_path / "x.tar.gz", rename="../x")
+
+
 def test_pack_writes_the_manifest_first_with_every_file_and_its_checksum(tmp_path, packed):
     """The archive's first member is the manifest; it lists every other member with its size
     and SHA-256, the environment, the cells per status and the schema version."""

@@ -147,21 +147,61 @@ def default_archive(env: str) -> Path:
 
 
 def pack(runs: Path, env: str, out: Path | None = None, *,
-         log=None) -> Path:
+         log=None, rename: str | None = None) -> Path:
     """Write ``runs/{env}`` into the archive ``out`` (default :func:`default_archive`) and
     return its path.
 
     The archive is written to a temporary sibling, checked as :func:`unpack` checks it, and
     only then renamed to ``out``. Raises :class:`ArchiveError` when the environment does not
     exist, holds no complete cell, holds a link or another special file, or its cells do not
-    aggregate. ``log`` (a callable taking one line) hears about skipped incomplete cells."""
+    aggregate. ``log`` (a callable taking one line) hears about skipped incomplete cells.
+    ``rename``: the archive holds the environment under this name (:func:`_pack_renamed`)."""
     runs, env = Path(runs), str(env)
-    out = Path(out) if out is not None else default_archive(env)
+    if rename is not None and rename != env:
+        return _pack_renamed(runs, env, rename, out, log)
+    return _pack(runs, env, out, log)
+
+
+def _safe_env(env: str, runs: Path, what: str = "Give the name of a folder under") -> None:
     if study.safe_name(env, default="") != env:
         raise ArchiveError(
             f"environment name {env!r}: an environment folder may use only the characters "
-            "A-Z a-z 0-9 . _ - (no slashes, no leading dot). Give the name of a folder under "
-            f"{runs}.")
+            f"A-Z a-z 0-9 . _ - (no slashes, no leading dot). {what} {runs}.")
+
+
+def _pack_renamed(runs: Path, env: str, new: str, out: Path | None, log) -> Path:
+    """:func:`pack` of ``runs/{env}`` as environment ``new``: two machines whose host names
+    match (cloud machines named ``vm`` or ``localhost``) get one default environment name,
+    and merged, one would replace the other. The files are copied into a temporary runs
+    folder under ``new``, each cell's ``params.env`` rewritten (nothing else: every
+    measurement stays as recorded), and that folder packed; the manifest records
+    ``renamed_from``."""
+    _safe_env(env, runs)
+    _safe_env(new, runs, "Give another name for")
+    root = runs / env
+    if root.is_symlink() or not root.is_dir():
+        return _pack(runs, env, out, log)  # its error names the environments there
+    with tempfile.TemporaryDirectory(prefix=CHECK_STAGING) as tmp:
+        staged = Path(tmp, RUNS_DIR)
+        for path in _environment_files(root, log):
+            target = staged / new / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if path.name == schema.SUMMARY_FILE and _depth(path, root) == 3:
+                try:
+                    data = json.loads(path.read_text(encoding="utf-8"))
+                    data["params"]["env"] = new
+                except (ValueError, KeyError, TypeError) as exc:
+                    raise ArchiveError(f"{path}: cannot rename its environment ({exc}); "
+                                       f"{validate.FIX}, then pack again.") from None
+                atomic.write_json(target, data)
+            else:
+                shutil.copy2(path, target)
+        return _pack(staged, new, out, log, renamed_from=env)
+
+
+def _pack(runs: Path, env: str, out: Path | None, log, renamed_from: str = "") -> Path:
+    out = Path(out) if out is not None else default_archive(env)
+    _safe_env(env, runs)
     root = runs / env
     if root.is_symlink() or not root.is_dir():
         known = sorted(p.name for p in runs.iterdir()
@@ -211,6 +251,8 @@ def pack(runs: Path, env: str, out: Path | None = None, *,
         "peaks": sorted(path.stem for path in peaks),
         "files": entries,
     }
+    if renamed_from:
+        manifest["renamed_from"] = renamed_from
     made = []
     try:
         made = atomic.make_dirs(out.parent)
