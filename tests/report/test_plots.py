@@ -329,11 +329,11 @@ def test_headline_chart_sets_the_blog_beside_this_study(tmp_path):
     """The headline chart's bars: the blog's CPU and GPU epochs (hatched, "the blog, another
     machine"), this study's CPU for the blog's code as written (a placeholder where it did
     not run) and this project's best, and a placeholder for the GPU that was not measured."""
-    from mnistbench.report import selections
+    from mnistbench.report import comparison
 
     tables = _tables(tmp_path, devices=("cpu",), experiments=("convergence",), repeats=2,
                      convergence_epochs=2)
-    env, bars = selections.headline_bars(tables.summary)
+    env, bars = comparison.headline_bars(tables.summary)
     assert env == "alpha"
     assert [(b.whose, b.seconds is None) for b in bars[:2]] == [("blog", False)] * 2
     assert [b.seconds for b in bars[:2]] == [58.7, 5.2]

@@ -27,8 +27,8 @@ CONTRADICTIONS = ("no GPU in this study", "none (no GPU)", "without GPU cells",
                   "This study has no GPU", "no GPU/CPU speed-up", "no GPU sweep cells",
                   "not in this study: no cuda", "no GPU cell in the sweep",
                   "No GPU and CPU cells")
-#: Sections of issue 38's helper (the verdict box and the headline), held by its own tests.
-OTHERS = ("verdict", "headline")
+#: Sections left out of the check: none (the verdict box and the headline are read too).
+OTHERS: tuple[str, ...] = ()
 
 
 def _split(tables, cpu_env: str, gpu_env: str):
@@ -117,6 +117,31 @@ def test_two_machines_label_their_speed_ups(two_machines):
     gpu = visible(section_of(html, "gpu"))
     assert "ran on another machine than its CPU cells" in gpu
     assert "compares the same code on both devices" not in gpu
+
+
+def test_the_first_screen_names_both_machines_of_a_speed_up_across_machines(two_machines):
+    """The headline chart takes the CPU bars from the other machine, named; the headline
+    table has no row for a device another machine measured and gives the GPU rows their
+    speed-up against that CPU, labelled; the verdict names both machines with their cores."""
+    summary = with_code(two_machines["tables"].summary)
+    shown, bars = comparison.headline_bars(summary)
+    assert shown == "h200; CPU: xeon, across machines"
+    labels = [b.label for b in bars if b.whose == "cpu"]
+    assert labels and all(label.startswith("this study, CPU of xeon: ") for label in labels)
+    assert not [b for b in bars if b.seconds is None and b.label == "this study, CPU"]
+    html = two_machines["html"]
+    headline = visible(section_of(html, "headline"))
+    assert "not in this study" not in headline and "no ok CPU cell" not in headline
+    assert "across machines (CPU: xeon)" in headline
+    assert "h200's CPU ran nothing at the blog's settings (CPU: xeon)" in headline
+    assert "xeon's GPU ran nothing at the blog's settings (GPU: h200)" in headline
+    verdict = visible(section_of(html, "verdict"))
+    assert re.search(r"Across machines, seconds per epoch at the blog's settings( \(.+?\))?: "
+                     r"the GPU of h200 \(its host .+, 16 cores, 32 threads, whose CPU ran no "
+                     r"cell here\) and the CPU of xeon \(.+, 12 cores, 20 threads\):", verdict)
+    assert "This machine (" not in verdict
+    for words in ("GPU, the blog's code as written: ", "CPU, the blog's code as written: "):
+        assert words in verdict, words
 
 
 def test_one_machine_compares_like_for_like(one_machine):

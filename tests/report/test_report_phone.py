@@ -83,3 +83,31 @@ def test_the_why_chart_draws_at_most_eight_lines():
     kept = plots.fewest_series(rows)
     assert 0 < len(kept.drop_duplicates(keys)) <= plots.MAX_SERIES
     assert set(kept["device"]) == {"cpu", "cuda"}
+
+
+def test_every_chart_of_the_published_data_draws_at_most_eight_series():
+    """No chart of report/data holds more than plots.MAX_SERIES labelled lines in a panel or
+    entries in a legend: a phone reader tells 8 colours apart, not 20 (issue 42, item 8)."""
+    from mnistbench.report import charts, plots
+    from mnistbench.results import aggregate
+
+    tables = aggregate.load_tables(ROOT / "report" / "data")
+    captured = []
+    original = plots._png
+    plots._png = lambda fig: captured.append(fig) or original(fig)
+    try:
+        counts = {}
+        for chart in charts.CHARTS:
+            captured.clear()
+            if chart.render(tables) is None:
+                continue
+            fig = captured[0]
+            # a series: a labelled line or bar group drawn on an axis (reference lines such
+            # as the measured limit are unlabelled, their legend entries proxies)
+            drawn = [*(line for ax in fig.axes for line in ax.get_lines()),
+                     *(bars for ax in fig.axes for bars in ax.containers)]
+            counts[chart.key] = len({str(a.get_label()) for a in drawn
+                                     if not str(a.get_label()).startswith("_")})
+    finally:
+        plots._png = original
+    assert counts and max(counts.values()) <= plots.MAX_SERIES, counts

@@ -23,6 +23,7 @@ class Chart:
     sources: tuple[str, ...]
     draw: str  # the function of mnistbench.report.plots that draws it
     why_absent: str
+    numbers: str = "the tables of its section"  # where a reader without the image finds them
 
     @property
     def filename(self) -> str:
@@ -47,21 +48,27 @@ CHARTS = (
           ("summary",), "headline", "no cells at all"),
     Chart("phases", "Where the time goes: seconds per epoch by phase", ("summary",),
           "phase_bars",
-          "no ok cells at the blog's settings (convergence, or sweep at batch 128 fp32)"),
+          "no ok cells at the blog's settings (convergence, or sweep at batch 128 fp32)",
+          "the phase table beside it (the same medians)"),
     Chart("throughput", "Throughput vs batch size", ("summary",), "throughput",
-          "no ok cells of the sweep experiment"),
+          "no ok cells of the sweep experiment", "data/summary.csv, the sweep experiment's rows"),
     Chart("speedup", "GPU speed-up vs batch size", ("summary",), "speedup",
           "the sweep needs ok cells on both cpu (fp32) and cuda at the same batch size "
-          "and loader"),
+          "and loader", "data/summary.csv, the sweep's rows of both devices"),
     Chart("precision", "Precision comparison", ("summary",), "precision",
-          "the sweep needs ok cells at fp32 and at another precision on the same device"),
+          "the sweep needs ok cells at fp32 and at another precision on the same device",
+          "the precision table under the charts"),
     Chart("why", "Why: each device against its measured limit", ("summary",),
-          "against_limit", "no ok sweep or scale cells with an achieved GFLOP/s"),
+          "against_limit", "no ok sweep or scale cells with an achieved GFLOP/s",
+          "the tables of this section (each device's limit and share of it)"),
     Chart("convergence", "Convergence: test loss and accuracy per epoch",
-          ("epochs", "summary"), "convergence", "no epoch rows from ok convergence cells"),
+          ("epochs", "summary"), "convergence", "no epoch rows from ok convergence cells",
+          "the accuracy table below it, every epoch in data/epochs.csv"),
     Chart("resources", "Resources over time (convergence runs)", ("resources", "summary"),
-          "resources", "no resource samples from ok convergence cells"),
-    Chart("status", "Status of every cell", ("summary",), "status_heatmap", "no cells at all"),
+          "resources", "no resource samples from ok convergence cells",
+          "the resources table above it, every sample in data/resources.csv"),
+    Chart("status", "Status of every cell", ("summary",), "status_heatmap", "no cells at all",
+          "the matrix's tables below it"),
 )
 
 
@@ -93,7 +100,7 @@ def views(figures: dict[str, bytes | None] | None) -> dict[str, dict]:
             "width": str(width), "height": str(height),
             "state": "not drawn" if figures is None else "no data",
             "why": _sentence(NOT_DRAWN if figures is None else chart.why_absent),
-            "alt": chart.title,
+            "alt": f"{chart.title} (its numbers: {chart.numbers})",
         }
     return out
 

@@ -11,15 +11,29 @@ choice (:class:`Pair`):
    "not in this study" only when no environment of the study measured it
    (:func:`device_absence`).
 
-The verdict box and the headline (:mod:`mnistbench.report.sections.verdict`) pick their CPU
-environment across machines by the same rule (the one with the most cells).
+The verdict box, the headline table and the headline chart (:func:`headline_bars`) pick
+their other environment across machines by the same rule (the one with the most cells).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
-from mnistbench.report.selections import CODE, device_name, speedup
+from mnistbench.report import blog
+from mnistbench.report.formatting import seconds
+from mnistbench.report.selections import (
+    CODE,
+    CODE_SHORT,
+    code_short,
+    col,
+    device_name,
+    focus_env,
+    gpu_absence,
+    median,
+    speedup,
+    with_code,
+)
 
 #: The two kinds of comparison, as the page names them.
 ONE_MACHINE = "one machine"
@@ -71,10 +85,21 @@ def _cells_of(cells, code=None, loader=None):
 
 
 def _cpu_env(summary, candidates) -> str:
-    """The CPU environment of a comparison across machines: the one with the most cells in
-    the study (then by name)."""
+    """The other environment of a comparison across machines (its CPU, or the GPU the
+    chart's machine lacks): the one with the most cells in the study (then by name)."""
     counts = summary["env"].value_counts()
     return min(candidates, key=lambda env: (-int(counts.get(env, 0)), env))
+
+
+def other_env(summary, cells, env: str, device: str) -> str | None:
+    """The environment whose ``device`` stands in for ``env``'s where ``env`` has no ok cell
+    of it among ``cells`` (across machines, labelled): by :func:`_cpu_env`'s rule; None when
+    ``env`` has its own or no environment has one."""
+    part = _cells_of(cells)
+    have = set(part.loc[part["device"] == device, "env"])
+    if env in have or not have:
+        return None
+    return _cpu_env(summary, sorted(have))
 
 
 def pairs(summary, cells, *, code=None, loader=None) -> list[Pair]:
@@ -121,3 +146,56 @@ def device_absence(summary, device: str, env: str | None = None) -> str:
     if done.empty:
         return f"no {device_name(device)} in this study"
     return f"no ok {device_name(device)} cell here"
+
+
+# ---------------------------------------------------------------------------------------------
+# The headline chart: the blog's machine and this study's, the other device across machines
+@dataclass(frozen=True)
+class Bar:
+    """One bar of the headline chart: its label, seconds per epoch (None: a placeholder for
+    what was not measured), whose it is ("blog": the blog's, another machine; "cpu"/"cuda":
+    this study's; "placeholder") and the text at its end."""
+
+    label: str
+    seconds: float | None
+    whose: str
+    text: str
+
+
+def headline_bars(summary) -> tuple[str, list[Bar]]:
+    """(the machines shown, the bars of the headline chart): the blog's CPU and GPU epochs,
+    then per device the blog's code and this project's best (and other settings where they
+    ran) of the machine the first screen describes; a device it did not measure comes from
+    the environment :func:`other_env` picks, labelled as another machine; a placeholder only
+    for code that did not run and for a device no environment measured."""
+    summary = summary if CODE in summary.columns else with_code(summary)
+    cells, _ = blog.blog_cells(summary)
+    env = focus_env(summary, cells)
+    ref = blog.BLOG
+    cpu_s, gpu_s = (float(cast(float, ref[key])) for key in ("cpu_epoch_s", "gpu_epoch_s"))
+    bars = [Bar(f"the blog: CPU, {ref['cpu']}", cpu_s, "blog", f"{cpu_s:g} s"),
+            Bar(f"the blog: GPU, {ref['gpu']}", gpu_s, "blog", f"{gpu_s:g} s")]
+    shown = [env]
+    for device in ("cpu", "cuda"):
+        name = device_name(device)
+        source = other_env(summary, cells, env, device) or env
+        mine = cells[(cells["env"] == source) & (cells["device"] == device)]
+        if mine.empty:
+            why = (gpu_absence(summary) or "no GPU cell at the blog's settings"
+                   if device == "cuda" else f"no {name} cell at the blog's settings")
+            bars.append(Bar(f"this study, {name}", None, "placeholder", f"not measured: {why}"))
+            continue
+        where = "" if source == env else f" of {source}"
+        if source != env:
+            shown.append(f"{name}: {source}, {ACROSS_MACHINES}")
+        for kind in ("blog", "best", ""):
+            part = mine[mine[CODE] == kind]
+            if part.empty and kind:
+                bars.append(Bar(f"this study, {name}{where}: {CODE_SHORT[kind]}", None,
+                                "placeholder", "not run here"))
+            for _, group in part.groupby("loader", sort=True):
+                value = median(col(group, "epoch_s_median"))
+                if value is not None:
+                    bars.append(Bar(f"this study, {name}{where}: {code_short(group)}", value,
+                                    device, seconds(value)))
+    return "; ".join(shown), bars

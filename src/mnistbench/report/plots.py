@@ -33,7 +33,9 @@ from matplotlib.typing import LineStyleType
 
 from mnistbench.core import schema
 from mnistbench.report.blog import blog_cells
-from mnistbench.report.selections import loader_name
+from mnistbench.report.formatting import seconds
+from mnistbench.report.selections import CODE, RUN, code_short, loader_name, with_code
+from mnistbench.report.selections import phases as phase_medians
 from mnistbench.results import stats
 
 SCALE = 2  # PNG pixels per CSS pixel: sharp on HiDPI screens
@@ -202,12 +204,12 @@ def headline(summary) -> bytes | None:
     """Seconds per epoch at the blog's settings: the blog's CPU and GPU (hatched: another
     machine), this study's devices for the blog's code as written and this project's best
     (and other settings where they ran), and a dashed placeholder for what was not measured
-    (:func:`mnistbench.report.selections.headline_bars`)."""
-    from mnistbench.report.selections import headline_bars
+    (:func:`mnistbench.report.comparison.headline_bars`)."""
+    from mnistbench.report.comparison import headline_bars
 
     if summary.empty:
         return None
-    env, bars = headline_bars(summary)
+    shown, bars = headline_bars(summary)
     top = max(b.seconds for b in bars if b.seconds is not None)
     with mpl.rc_context(_rc()):
         fig = _figure(1.5 + 0.36 * len(bars))
@@ -227,8 +229,8 @@ def headline(summary) -> bytes | None:
         ax.set_xlim(0, top * 1.3)
         ax.set_xlabel("time per epoch at the blog's settings (s)")
         ax.grid(axis="y", visible=False)
-        ax.set_title(text(f"Seconds per epoch: the blog's machine and this study's ({env})",
-                          90))
+        ax.set_title(text("Seconds per epoch: the blog's machine and this study's", 90) + "\n"
+                     + text(f"({shown})", 90))
         handles = [Patch(label="the blog, another machine", **BLOG_BAR)]
         for device in ("cpu", "cuda"):
             if any(b.whose == device for b in bars):
@@ -241,21 +243,22 @@ def headline(summary) -> bytes | None:
 
 
 def phase_bars(summary) -> bytes | None:
-    """Time per epoch split into phases, per (env,) device and loader, at the blog's
-    settings: absolute seconds on the left, share of the epoch on the right."""
+    """Time per epoch split into phases, per (env,) device, loader and kind of code, at the
+    blog's settings: absolute seconds on the left, share of the epoch on the right. The
+    medians are the phase table's (:func:`mnistbench.report.selections.phases`): a bar's
+    label is the table's epoch."""
+    summary = summary if CODE in summary.columns else with_code(summary)
     cells, _ = blog_cells(summary)
-    phase_cols = [f"{p}_s" for p in schema.PHASES]
-    cells = cells.dropna(subset=[*phase_cols, "epochs", "total_s"])
-    if cells.empty:
+    found = [(key, p, code_short(group)) for key, group in cells.groupby(list(RUN), sort=True)
+             if (p := phase_medians(group)) is not None]
+    if not found:
         return None
-    cells = cells.assign(**{p: cells[f"{p}_s"] / cells["epochs"] for p in schema.PHASES})
-    cells = cells.assign(other=(cells["total_s"] / cells["epochs"]
-                                - cells[list(schema.PHASES)].sum(axis=1)).clip(lower=0))
     phases = [*schema.PHASES, "other"]
-    multi = cells["env"].nunique() > 1
-    table = cells.groupby(["env", "device", "loader"], sort=True)[phases].median().reset_index()
-    labels = _series(table, ["device", "loader"], multi)
-    values = table[phases].to_numpy(dtype=float)
+    multi = len({key[0] for key, _, _ in found}) > 1
+    labels = [" · ".join(([key[0]] if multi else []) + [key[1], loader_name(key[2]), code])
+              for key, _, code in found]
+    values = np.array([[p[k] for k in phases] for _, p, _ in found], dtype=float)
+    epochs = [p["epoch"] for _, p, _ in found]
     shares = values / values.sum(axis=1, keepdims=True) * 100.0
     colors = sns.color_palette(PHASE_PALETTE, len(phases))
     with mpl.rc_context(_rc()):
@@ -269,8 +272,8 @@ def phase_bars(summary) -> bytes | None:
                         label=PHASE_LABELS[phase])
                 base += data[:, i]
         totals = values.sum(axis=1)
-        for yi, total in zip(y, totals, strict=True):
-            left.text(total, yi, f" {total:.3g} s", va="center", fontsize=8)
+        for yi, total, epoch in zip(y, totals, epochs, strict=True):
+            left.text(total, yi, f" {seconds(epoch)}", va="center", fontsize=8)
         left.set_xlim(0, totals.max() * 1.18)
         left.set_yticks(y, [text(s) for s in labels])
         left.invert_yaxis()

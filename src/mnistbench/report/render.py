@@ -22,6 +22,7 @@ from pathlib import Path
 
 from mnistbench.core import atomic
 from mnistbench.report import charts as chart_views
+from mnistbench.report.comparison import headline_bars
 from mnistbench.report.sections import (
     answer,
     blog_check,
@@ -45,7 +46,7 @@ from mnistbench.report.sections import (
     verdict,
     why,
 )
-from mnistbench.report.selections import Inputs, headline_bars
+from mnistbench.report.selections import Inputs
 from mnistbench.results import aggregate, cost
 
 #: The modules that build the context, in the order of the page; each ``context(inputs)``

@@ -567,54 +567,6 @@ def gpu_absence(summary) -> str | None:
     return None if not cells.empty else "no GPU cell at the blog's settings"
 
 
-@dataclass(frozen=True)
-class Bar:
-    """One bar of the headline chart: its label, seconds per epoch (None: a placeholder for
-    what was not measured), whose it is ("blog": the blog's, another machine; "cpu"/"cuda":
-    this study's; "placeholder") and the text at its end."""
-
-    label: str
-    seconds: float | None
-    whose: str
-    text: str
-
-
-def headline_bars(summary) -> tuple[str, list[Bar]]:
-    """(the environment, the bars of the headline chart): the blog's CPU and GPU epochs, then
-    per device of this study the blog's code and this project's best (and other settings
-    where they ran), a placeholder for what did not run and for a device not measured."""
-    from mnistbench.report.formatting import seconds
-
-    summary = summary if CODE in summary.columns else with_code(summary)
-    cells, _ = blog.blog_cells(summary)
-    env = focus_env(summary, cells)
-    ref = blog.BLOG
-    bars = [Bar(f"the blog: CPU, {ref['cpu']}", float(ref["cpu_epoch_s"]), "blog",
-                f"{ref['cpu_epoch_s']:g} s"),
-            Bar(f"the blog: GPU, {ref['gpu']}", float(ref["gpu_epoch_s"]), "blog",
-                f"{ref['gpu_epoch_s']:g} s")]
-    here = cells[cells["env"] == env]
-    for device in ("cpu", "cuda"):
-        mine = here[here["device"] == device]
-        name = device_name(device)
-        if mine.empty:
-            why = gpu_absence(summary) if device == "cuda" else "no CPU cell"
-            bars.append(Bar(f"this study, {name}", None, "placeholder",
-                            f"not measured: {why}"))
-            continue
-        for kind in ("blog", "best", ""):
-            part = mine[mine[CODE] == kind]
-            if part.empty and kind:
-                bars.append(Bar(f"this study, {name}: {CODE_SHORT[kind]}", None, "placeholder",
-                                "not run here"))
-            for _, group in part.groupby("loader", sort=True):
-                value = median(col(group, "epoch_s_median"))
-                if value is not None:
-                    bars.append(Bar(f"this study, {name}: {code_short(group)}", value, device,
-                                    seconds(value)))
-    return env, bars
-
-
 # ---------------------------------------------------------------------------- one machine
 # The headline experiment (both codes on every device of one environment, short cells,
 # repeats interleaved) and the threads experiment (both codes on the CPU at 1, 2, 4, ...

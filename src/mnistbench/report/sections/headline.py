@@ -5,7 +5,7 @@ beside the blog's own figures. A speed-up compares cells of one kind of code onl
 
 from __future__ import annotations
 
-from mnistbench.report import blog
+from mnistbench.report import blog, comparison
 from mnistbench.report.formatting import (
     as_printed,
     interval,
@@ -28,6 +28,7 @@ from mnistbench.report.selections import (
     busy_note,
     code_short,
     col,
+    device_name,
     devices,
     hardware,
     loader_name,
@@ -43,13 +44,20 @@ def _shown(text: str) -> str:
     return "" if text.startswith("no interval: 1 run") else text
 
 
-def _rows(summary, cells) -> list[dict]:
-    rows = []
+def _rows(summary, cells) -> tuple[list[dict], list[str]]:
+    """The table's rows, and the notes on the devices a machine left to another: a device an
+    environment did not measure, which another did, has no row of its own (the note names
+    both), and its speed-ups are across machines, labelled."""
+    rows, elsewhere = [], []
     for env in sorted(summary["env"].unique()):
         for device in devices(summary):
             group = cells[(cells["env"] == env) & (cells["device"] == device)]
             if group.empty:
-                if device in DEVICES:
+                other = comparison.other_env(summary, cells, env, device)
+                if other is not None:
+                    elsewhere.append(f"{env}'s {device_name(device)} ran nothing at the "
+                                     f"blog's settings ({device_name(device)}: {other})")
+                elif device in DEVICES:
                     rows.append({"env": env, "device": device,
                                  "hardware": hardware(summary, env, device), "loader": "–",
                                  "code": "–", "n": "0", "busy": "",
@@ -60,12 +68,7 @@ def _rows(summary, cells) -> list[dict]:
                 total = stats.median_ci(col(part, "total_s"))
                 speed, speed_ci = "1× (baseline)", ""
                 if device != "cpu":
-                    est = speedup(cells, env, loader, device, code=kind)
-                    if est is None:
-                        speed, speed_ci = "–", ("no ok CPU cell of the same code with "
-                                                f"{loader_phrase(loader)}")
-                    else:
-                        speed, speed_ci = num(est.value, 3, "×"), ratio_interval(est)
+                    speed, speed_ci = _speedup(summary, cells, env, device, loader, kind)
                 rows.append({
                     "env": env, "device": device, "hardware": hardware(summary, env, device),
                     "loader": loader_name(loader), "code": code_short(part),
@@ -76,7 +79,23 @@ def _rows(summary, cells) -> list[dict]:
                     "total_ci": _shown(interval(total, "s")),
                     "speedup": speed, "speedup_ci": _shown(speed_ci), "busy": busy_note(part),
                 })
-    return rows
+    return rows, elsewhere
+
+
+def _speedup(summary, cells, env, device, loader, kind) -> tuple[str, str]:
+    """(the speed-up, its interval and scope) of ``env``'s ``device`` row: over its own CPU,
+    else over another machine's (:mod:`mnistbench.report.comparison`), said so."""
+    est = speedup(cells, env, loader, device, code=kind)
+    if est is not None:
+        return num(est.value, 3, "×"), ratio_interval(est)
+    found = next((p for p in comparison.pairs(summary, cells, code=kind, loader=loader)
+                  if p.gpu_env == env), None)
+    est = None if found is None else comparison.ratio(cells, found, loader, code=kind,
+                                                     device=device)
+    if found is None or est is None:
+        return "–", f"no ok CPU cell of the same code with {loader_phrase(loader)}"
+    shown = _shown(ratio_interval(est))
+    return num(est.value, 3, "×"), f"{found.short()}" + (f"; {shown}" if shown else "")
 
 
 def _notes(cells) -> list[str]:
@@ -107,10 +126,15 @@ def context(inputs: Inputs) -> dict:
     settings = {key: ", ".join(sorted({plain(v) for v in cells[key].tolist()
                                        if not missing(v)})) or "–"
                 for key in ("batch_size", "precision", "epochs")}
+    rows, elsewhere = _rows(inputs.summary, cells)
+    notes = _notes(cells)
+    if elsewhere:
+        notes.append("; ".join(elsewhere) + ". A speed-up of a machine without its own CPU "
+                     "cells is across machines: its row says against which CPU.")
     return {
-        "headline_rows": _rows(inputs.summary, cells),
+        "headline_rows": rows,
         "headline_code_legend": CODE_LEGEND,
-        "headline_notes": _notes(cells),
+        "headline_notes": notes,
         "headline_source": inputs.cells_source,
         "headline_settings": "; ".join(f"{k.replace('_', ' ')} {v}"
                                        for k, v in settings.items()),

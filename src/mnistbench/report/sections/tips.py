@@ -23,6 +23,7 @@ from mnistbench.report.selections import (
     Inputs,
     busy_note,
     col,
+    device_name,
     devices,
     discount_busy,
     distinct,
@@ -35,6 +36,10 @@ from mnistbench.results import stats
 #: Verdict -> the CSS class of its mark.
 VERDICT_CLASS = {blog.PAYS_OFF: "good", blog.SLOWER: "bad", blog.COSTS_ACCURACY: "bad",
                  blog.WITHIN_NOISE: "noise", blog.UNCLEAR: "noise"}
+
+
+#: A tip's verdict where its environment has no cell of it on the device.
+NOT_MEASURED = "not measured"
 
 
 def _tip_cell(device, rule, base, group, spread) -> dict:
@@ -51,7 +56,7 @@ def _tip_cell(device, rule, base, group, spread) -> dict:
                 measured = f" (measured anyway: {ratio_phrase(est)})"
         return {**empty, "verdict": "n/a", "cls": "na", "note": not_applicable + measured}
     if group is None or group.empty:
-        return {**empty, "verdict": "not measured", "cls": "na", "note": ""}
+        return {**empty, "verdict": NOT_MEASURED, "cls": "na", "note": ""}
     ran = group[group["status"] == "ok"]
     if ran.empty:
         reason = group["reason"].dropna()
@@ -149,6 +154,12 @@ def tips_table(summary):
                                     part[(part["device"] == device) & (part[TIP_COLUMN] == name)],
                                     spreads[device])
                           for device in shown]
+            for device, cell in zip(shown, per_device, strict=True):
+                others = sorted(set(cells.loc[cells["device"] == device, "env"]) - {env})
+                if cell["verdict"] == NOT_MEASURED and others:  # another machine's row has it
+                    cell.update(verdict="another machine", note=(
+                        f"this machine's {device_name(device)} ran no tips; "
+                        f"{', '.join(others)} did (its rows)"))
             rows.append({"env": env, "tip": name, "change": rule.change or "–",
                          "devices": per_device})
     return shown, rows, ""

@@ -8,7 +8,7 @@ contradicted and not checkable, the strongest named. The headline chart under it
 from __future__ import annotations
 
 from mnistbench.core import study
-from mnistbench.report import blog
+from mnistbench.report import blog, comparison
 from mnistbench.report.formatting import num, plural, ratio_interval, seconds
 from mnistbench.report.sections import claims
 from mnistbench.report.selections import (
@@ -43,7 +43,7 @@ def _speedups(inputs: Inputs, cells) -> str:
             if est is not None:
                 parts.append(f"{num(est.value, 3, '×')} with {study.CODE_LABELS[kind]}")
     if not parts:
-        return _across_machines(inputs, cells, env) or (
+        return _across_machines(inputs, cells, env)[0] or (
             "GPU speed-up: not measured like for like (no CPU and GPU cells of the same "
             "code).")
     return (f"GPU speed-up: {' and '.join(parts)} ({hardware(inputs.summary, env, 'cuda')} "
@@ -79,34 +79,47 @@ def _one_machine(inputs: Inputs) -> tuple[str, str]:
             best_line)
 
 
-def _across_machines(inputs: Inputs, cells, gpu_env: str) -> str:
-    """Where no machine measured its CPU and its GPU, the GPU of ``gpu_env`` against the CPU
-    of the environment with the most cells, per kind of code, said to be across machines:
-    "" when no CPU ran the same code."""
-    cpu_envs = set(cells.loc[cells["device"] == "cpu", "env"])
-    if not cpu_envs:
-        return ""
-    cpu_env = inputs.summary.loc[inputs.summary["env"].isin(cpu_envs), "env"].value_counts(
-        ).index[0]
-    parts = []
+def _across_machines(inputs: Inputs, cells, gpu_env: str) -> tuple[str, list[str]]:
+    """Where ``gpu_env`` did not measure its CPU, its GPU against the CPU of another
+    environment (:mod:`mnistbench.report.comparison`'s rule), per kind of code, said to be
+    across machines: (the line, the CPU environments used); ("", []) when no CPU ran the same
+    code."""
+    parts, cpu_envs = [], []
     for kind in ("blog", "best"):
         part = cells[(cells["env"] == gpu_env) & (cells[CODE] == kind)]
         for loader in sorted(set(part["loader"])):
-            est = speedup(cells, gpu_env, loader, code=kind, cpu_env=cpu_env)
-            if est is not None:
+            found = next((p for p in comparison.pairs(inputs.summary, cells, code=kind,
+                                                      loader=loader)
+                          if p.gpu_env == gpu_env and not p.one_machine), None)
+            est = None if found is None else comparison.ratio(cells, found, loader, code=kind)
+            if found is not None and est is not None:
                 parts.append(f"{num(est.value, 3, '×')} with {study.CODE_LABELS[kind]}")
+                if found.cpu_env not in cpu_envs:
+                    cpu_envs.append(found.cpu_env)
     if not parts:
-        return ""
+        return "", []
+    against = " and ".join(f"{hardware(inputs.summary, e, 'cpu')} in {e}" for e in cpu_envs)
     return (f"GPU speed-up across machines (none measured its CPU and its GPU, so not like "
             f"for like): {' and '.join(parts)} ({hardware(inputs.summary, gpu_env, 'cuda')} "
-            f"in {gpu_env} against {hardware(inputs.summary, cpu_env, 'cpu')} in {cpu_env}).")
+            f"in {gpu_env} against {against}).", cpu_envs)
 
 
-def _epochs(cells, env) -> list[str]:
+def _machine(summary, env: str, multi_env: bool) -> str:
+    """"env: CPU model, N cores, M threads" (the env's name only in a study of several)."""
+    here = summary[summary["env"] == env]
+    machine = ", ".join(distinct(here, "cpu_model")) or "CPU model not recorded"
+    cores = distinct(here, "cpu_cores_physical")
+    threads = distinct(here, "cpu_cores_logical")
+    return (f"{env + ': ' if multi_env else ''}{machine}"
+            + (f", {plural('/'.join(cores), 'core')}" if cores else "")
+            + (f", {plural('/'.join(threads), 'thread')}" if threads else ""))
+
+
+def _epochs(cells, env, devices=("cpu", "cuda")) -> list[str]:
     """This machine's epoch per device and kind of code (the blog's and the best first)."""
     lines = []
     here = cells[cells["env"] == env]
-    for device in ("cpu", "cuda"):
+    for device in devices:
         mine = here[here["device"] == device]
         if mine.empty:
             continue
@@ -138,11 +151,22 @@ def context(inputs: Inputs) -> dict:
     env = focus_env(inputs.summary, cells)
     found = claims.checks(inputs)
     tally = claims.tally(found)
-    here = inputs.summary[inputs.summary["env"] == env]
-    machine = ", ".join(distinct(here, "cpu_model")) or "CPU model not recorded"
-    cores = distinct(here, "cpu_cores_physical")
-    threads = distinct(here, "cpu_cores_logical")
     subset = blog.subset(cells)
+    settings = "seconds per epoch at the blog's settings" + (f" ({subset})" if subset else "")
+    here = set(cells.loc[cells["env"] == env, "device"])
+    cpu_envs = [] if "cpu" in here else _across_machines(inputs, cells, env)[1]
+    if cpu_envs:  # the two machines the speed-up divides, each with its cores
+        cpus = " and ".join(f"{e} ({_machine(inputs.summary, e, False)})" for e in cpu_envs)
+        machine = (f"Across machines, {settings}: the GPU of {env} (its host "
+                   f"{_machine(inputs.summary, env, False)}, whose CPU ran no cell here) and "
+                   f"the CPU of {cpus}:")
+        epochs = _epochs(cells, env, ("cuda",)) + [
+            line.replace("CPU, ", f"CPU ({e}), " if len(cpu_envs) > 1 else "CPU, ", 1)
+            for e in cpu_envs for line in _epochs(cells, e, ("cpu",))]
+    else:
+        machine = (f"This machine ({_machine(inputs.summary, env, inputs.multi_env)}), "
+                   f"{settings}:")
+        epochs = _epochs(cells, env)
     ref = blog.BLOG
     first, best = _one_machine(inputs)
     speed = _speedups(inputs, cells)
@@ -155,12 +179,8 @@ def context(inputs: Inputs) -> dict:
         "verdict_one_machine": first,
         "verdict_one_machine_best": best,
         "verdict_speedup": speed,
-        "verdict_machine": (f"This machine ({env + ': ' if inputs.multi_env else ''}{machine}"
-                            + (f", {plural('/'.join(cores), 'core')}" if cores else "")
-                            + (f", {plural('/'.join(threads), 'thread')}" if threads else "")
-                            + "), seconds per epoch at the blog's settings"
-                            + (f" ({subset})" if subset else "") + ":"),
-        "verdict_epochs": _epochs(cells, env) or ["no ok cell at the blog's settings"],
+        "verdict_machine": machine,
+        "verdict_epochs": epochs or ["no ok cell at the blog's settings"],
         "verdict_blog": (f"The blog, on another machine: {ref['cpu_epoch_s']:g} s on its CPU "
                          f"({ref['cpu']}), {ref['gpu_epoch_s']:g} s on its GPU "
                          f"({ref['gpu']})."),
