@@ -101,3 +101,35 @@ def test_the_gpu_rows_are_medians_over_every_run(inputs):
     assert f"{num(share, 3, '%')} of the fp32 limit" in row
     assert f"{num(share, 3, '%')} of the fp32 limit" in _row(GPU_DOC, "this project's best "
                                                                        "(resident, tuned)")
+
+
+def test_the_gpu_docs_batch_4096_rates_and_tips_are_medians_over_every_run(inputs):
+    """docs/gpu.md's resident rates at batch 4096 (median of both leases' runs) and its tips
+    (per sample, as the report's tips table computes them) read as the data give them."""
+    from mnistbench.report.sections import tips
+
+    env = "NVIDIA-H200-local"
+    summary = inputs.summary
+    sweep = summary[(summary["env"] == env) & (summary["experiment"] == "sweep")
+                    & (summary["device"] == "cuda") & (summary["loader"] == "resident")
+                    & (summary["batch_size"] == 4096) & (summary["status"] == "ok")]
+    text = " ".join(GPU_DOC.split())
+    rates = {p: median(col(sweep[sweep["precision"] == p], "samples_per_s"))
+             for p in ("fp32", "tf32", "bf16", "fp16")}
+    assert all(v is not None and len(sweep[sweep["precision"] == p]) == 2
+               for p, v in rates.items()), rates
+    assert (f"reach {num(rates['fp32'] / 1000, 3)} k samples/s in fp32, "
+            f"{num(rates['tf32'] / 1000, 3)} k in tf32, {num(rates['bf16'] / 1000, 3)} k in "
+            f"bf16 and {num(rates['fp16'] / 1000, 3)} k in fp16") in text
+    devices, rows, _ = tips.tips_table(summary)
+    cuda = devices.index("cuda")
+    speed = {r["tip"]: r["devices"][cuda]["speed"].removesuffix(" ×")
+             for r in rows if r["env"] == env}
+    for tip, words in (("resident", "resident data"), ("all", "levers together"),
+                       ("workers=4", "4 workers"), ("workers=cores", "one worker per core"),
+                       ("max-batch", "the largest batch"), ("allocator", "allocator"),
+                       ("blog-all", "the blog's tips together"), ("amp-fp16", "AMP fp16"),
+                       ("compile", "compile"), ("tuned", "the tuned code"),
+                       ("pin_memory", "pinned memory"), ("cudnn.benchmark", "cudnn.benchmark"),
+                       ("amp-bf16", "AMP bf16")):
+        assert f"{words} {speed[tip]}x" in text, (tip, speed[tip])
