@@ -6,7 +6,9 @@ again from its own data: on a publication made here from fake data, and on the c
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -746,7 +748,26 @@ def test_keep_published_keeps_environments_whose_cells_are_not_here(tmp_path, pr
     assert publish.verify(Path("report")) == []
     # Without the flag, the publication is what results/ holds.
     assert [e["env"] for e in run_publish().manifest["environments"]] == [ENV]
+    # An older publication, whose summary lacks the columns a later schema added, is kept
+    # with those columns empty (as an older summary.json is read).
+    added = [c for c in schema.summary_columns() if schema.ADDED_IN.get(c) == 5]
+    old = {name: text for name, text in published.items()}
+    rows = list(csv.DictReader(io.StringIO(old["summary.csv"])))
+    older = [c for c in schema.summary_columns() if c not in added]
+    for name, text in old.items():
+        (project / "report" / "data" / name).write_text(text)
+    with (project / "report" / "data" / "summary.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, older, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    result = run_publish(keep_published=True)
+    assert [e["env"] for e in result.manifest["environments"]] == [ENV, "lent-gpu"]
+    kept_rows = [r for r in csv.DictReader((project / "report" / "data" / "summary.csv").open())
+                 if r["env"] == "lent-gpu"]
+    assert len(kept_rows) == 2 and all(r[c] == "" for r in kept_rows for c in added)
+    assert all(r["samples_per_s"] for r in kept_rows)
     # A publication whose tables have other columns cannot be kept as it is.
+    run_publish()
     run_publish(keep_published=True)  # nothing of lent-gpu left to keep: still fine
     summary = project / "report" / "data" / "summary.csv"
     good = summary.read_text()

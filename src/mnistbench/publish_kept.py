@@ -91,25 +91,25 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     except (csv.Error, ValueError) as exc:
         raise PublishError(f"--keep-published: the publication in {report} cannot be read "
                            f"({exc}); publish without --keep-published.") from None
-    header = (summary_table or [[]])[0]
     # An empty table has no header: other columns too.
-    wanted = [("summary.csv", header, list(schema.summary_columns())),
-              ("epochs.csv", (epochs or [[]])[0], aggregate.epoch_columns()),
-              ("resources.csv", (resources or [[]])[0], aggregate.resource_columns())]
-    for name, has, writes in wanted:
-        if list(has) != list(writes):
+    wanted = [("summary.csv", summary_table, list(schema.summary_columns())),
+              ("epochs.csv", epochs, aggregate.epoch_columns()),
+              ("resources.csv", resources, aggregate.resource_columns())]
+    for name, table, writes in wanted:
+        has = list((table or [[]])[0])
+        if has != list(writes) and not upgradable(has, writes):
             raise PublishError(
                 f"--keep-published: {data / name} has other columns than this mnistbench "
                 f"writes (schema {schema.SCHEMA_VERSION}): its environments cannot be kept as "
                 "they are. Measure them again, or publish without --keep-published.")
-    for name, table in (("summary.csv", summary_table), ("epochs.csv", epochs),
-                        ("resources.csv", resources)):
         for line, row in enumerate(table[1:], start=2):
-            if len(row) != len(table[0]):
+            if len(row) != len(has):
                 raise PublishError(f"--keep-published: {data / name} line {line} has "
-                                   f"{len(row)} fields, its header {len(table[0])}: the "
+                                   f"{len(row)} fields, its header {len(has)}: the "
                                    "publication was edited or cut short; publish without "
                                    "--keep-published.")
+    summary_table, epochs, resources = (upgrade(table, writes) for _, table, writes in wanted)
+    header = summary_table[0]
     summary = [dict(zip(header, row, strict=True)) for row in summary_table[1:]]
     envs = sorted({row["env"] for row in summary} - set(present))
     kept_summary = [r for r in summary if r["env"] in envs]
@@ -159,6 +159,25 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     return Kept(envs=envs, summary=kept_summary, epochs=kept_epochs,
                 resources=[r for r in resources[1:] if r[0] in envs], manifest=entries,
                 env_configfiles=env_configfiles, env_configs=env_configs)
+
+
+def upgradable(has: Sequence[str], writes: Sequence[str]) -> bool:
+    """Whether a published table's header ``has`` is this mnistbench's ``writes`` less
+    columns a later schema version added (:data:`mnistbench.core.schema.ADDED_IN`), in the
+    same order: its rows are read with those columns empty, as an older summary.json is."""
+    left_out = [c for c in writes if c not in has]
+    return (bool(has) and [c for c in writes if c in has] == list(has)
+            and all(c in schema.ADDED_IN for c in left_out))
+
+
+def upgrade(table: list[list[str]], writes: Sequence[str]) -> list[list[str]]:
+    """``table`` (its header first) in the columns ``writes``: each column it lacks empty
+    (:func:`upgradable` said it may lack them)."""
+    if not table or list(table[0]) == list(writes):
+        return table
+    where = {c: i for i, c in enumerate(table[0])}
+    return [list(writes), *([row[where[c]] if c in where else "" for c in writes]
+                            for row in table[1:])]
 
 
 def _text(value: object) -> str:
