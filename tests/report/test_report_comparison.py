@@ -133,8 +133,8 @@ def test_the_first_screen_names_both_machines_of_a_speed_up_across_machines(two_
     headline = visible(section_of(html, "headline"))
     assert "not in this study" not in headline and "no ok CPU cell" not in headline
     assert "across machines (CPU: xeon)" in headline
-    assert "h200's CPU ran nothing at the blog's settings (CPU: xeon)" in headline
-    assert "xeon's GPU ran nothing at the blog's settings (GPU: h200)" in headline
+    assert "h200: only its GPU ran at the blog's settings (CPU: xeon)" in headline
+    assert "xeon: only its CPU ran at the blog's settings (GPU: h200)" in headline
     verdict = visible(section_of(html, "verdict"))
     assert re.search(r"Across machines, seconds per epoch at the blog's settings( \(.+?\))?: "
                      r"the GPU of h200 \(its host .+, 16 cores, 32 threads, whose CPU ran no "

@@ -55,8 +55,11 @@ def _rows(summary, cells) -> tuple[list[dict], list[str]]:
             if group.empty:
                 other = comparison.other_env(summary, cells, env, device)
                 if other is not None:
-                    elsewhere.append(f"{env}'s {device_name(device)} ran nothing at the "
-                                     f"blog's settings ({device_name(device)}: {other})")
+                    ran = [device_name(d) for d in devices(summary)
+                           if not cells[(cells["env"] == env) & (cells["device"] == d)].empty]
+                    what = f"only its {' and '.join(ran)}" if ran else "nothing"
+                    elsewhere.append(f"{env}: {what} ran at the blog's settings "
+                                     f"({device_name(device)}: {other})")
                 elif device in DEVICES:
                     rows.append({"env": env, "device": device,
                                  "hardware": hardware(summary, env, device), "loader": "–",
