@@ -2,7 +2,7 @@
 ``fetch``, ``aggregate``, ``pack`` and ``unpack`` run the clean-up of an error (temporary
 files, ``.part`` files and ``.unpack-*`` staging folders removed, the previous outputs
 whole), and a run killed outright (SIGKILL) has its leftovers removed by the next start.
-(``publish`` is tried in tests/test_publish.py, with its project.)"""
+(``publish`` is tried in tests/publish/test_publish.py, with its project.)"""
 
 from __future__ import annotations
 

@@ -1,32 +1,33 @@
-"""What ``mnistbench publish`` checks before it publishes (:mod:`mnistbench.publish`): the
-study's config as the workflow reads it (:func:`load_config`), the cells its matrix asks of
-each environment (:func:`expected_cells`), the cells found (:func:`read_cells`), and which are
+"""What ``mnistbench publish`` checks before it publishes: the study's config as the workflow
+reads it (:func:`load_config`), the cells its matrix asks of each environment
+(:func:`expected_cells`), the cells found (:func:`read_cells`), and which are
 
 - **missing**: a cell of the matrix without a ``summary.json``, or an incomplete folder;
 - **failed**: status ``failed``, or invalid (:mod:`mnistbench.results.validate`);
 - **stale**: measured by other code than this checkout's (:func:`stale_reasons`: schema
   version, mnistbench version, code digest, workflow digest);
 
-with the git checkout the publication records (:func:`checkout`). :mod:`mnistbench.publish`
-imports every name here, so ``mnistbench.publish.stale_reasons`` and the rest stay where
-they were.
+each a :class:`ProblemKind`, with the git checkout the publication records (:func:`checkout`).
+Two steps of :func:`mnistbench.publish.publish` are here: :func:`load` (the cells and the
+configs) and :func:`refuse` (the problems, refused unless waived with a reason).
 """
 
 from __future__ import annotations
 
 import copy
+import enum
 import os
 import subprocess
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mnistbench import __version__
 from mnistbench.core import provenance, schema, study, untrusted
+from mnistbench.publish.layout import DATA_DIR, MANIFEST, README, REPORT_DIR
 from mnistbench.results import rows, validate
 
-REPORT_DIR = Path("report")
 DEFAULT_CONFIG = Path("config/config.yaml")
 CONFIG_SCHEMA = Path("workflow/schemas/config.schema.yaml")
 
@@ -38,12 +39,25 @@ class PublishError(Exception):
     the cells or files and the fix."""
 
 
+class ProblemKind(enum.StrEnum):
+    """Why a cell keeps the results from being published, in the order refusals and the
+    manifest list them; each is waived by ``--allow-KIND`` and is a key of the manifest's
+    ``checks``."""
+
+    #: A cell of the study's matrix that never ran, or an incomplete cell folder.
+    MISSING = "missing"
+    #: A cell with status failed, or an invalid one.
+    FAILED = "failed"
+    #: A cell measured by other code than this checkout's.
+    STALE = "stale"
+
+
 @dataclass(frozen=True)
 class Problem:
-    """A cell that keeps the results from being published: ``kind`` missing, failed or
-    stale, ``cell`` as ``env/experiment/cell``, and why."""
+    """A cell that keeps the results from being published: its :class:`ProblemKind`,
+    ``cell`` as ``env/experiment/cell``, and why."""
 
-    kind: str
+    kind: ProblemKind
     cell: str
     why: str
 
@@ -311,7 +325,7 @@ def stale_reasons(cells: Sequence[CellInfo], root: Path) -> tuple[list[Problem],
             why.append(f"started by another bench rule (workflow digest {rule}, now "
                        f"{workflow}: {provenance.BENCH_RULES} changed)")
         if why:
-            problems.append(Problem("stale", cell.name, "; ".join(why)))
+            problems.append(Problem(ProblemKind.STALE, cell.name, "; ".join(why)))
     return problems, how
 
 
@@ -322,11 +336,111 @@ def find_problems(cells: Sequence[CellInfo], incomplete: Sequence[str], config: 
     present = {c.key for c in cells}
     missing = sorted({"/".join(k) for k in expected_cells(config, cells, env_configs) - present}
                      | set(incomplete))
-    problems = [Problem("missing", name,
+    problems = [Problem(ProblemKind.MISSING, name,
                         "incomplete: its folder has no summary.json (still running, or killed)"
                         if name in incomplete else "a cell of the study's config never ran")
                 for name in missing]
-    problems += [Problem("failed", c.name, f"invalid: {c.invalid}" if c.invalid
+    problems += [Problem(ProblemKind.FAILED, c.name, f"invalid: {c.invalid}" if c.invalid
                          else "status failed") for c in cells if c.status == "failed"]
     stale, how = stale_reasons(cells, root)
     return problems + stale, how
+
+
+# ---------------------------------------------------------------------------------------------
+# The steps of publish: load, then refuse
+@dataclass(frozen=True)
+class Study:
+    """What :func:`load` found: the cells under ``runs`` (complete, and the incomplete
+    folders), the study's config, and each environment's own config files and config."""
+
+    runs: Path
+    cells: list[CellInfo]
+    incomplete: list[str]
+    config: dict
+    env_configfiles: dict[str, list[Path]]
+    env_configs: dict[str, dict]
+
+    @property
+    def envs(self) -> list[str]:
+        """The environments with cells under ``runs``."""
+        return sorted({c.key[0] for c in self.cells})
+
+
+def load(runs: Path, configfiles: Sequence[Path],
+         env_configfiles: Mapping[str, Sequence[Path]] | None,
+         config_schema: Path = CONFIG_SCHEMA) -> Study:
+    """The cells under ``runs`` and the configs they are checked against: ``configfiles``,
+    and for each environment of ``env_configfiles`` its files loaded after them. Refuses
+    (:class:`PublishError`) no complete cell, a config the schema refuses, and an environment
+    named in ``env_configfiles`` that has no cells."""
+    cells, incomplete = read_cells(runs)
+    if not cells:
+        raise PublishError(f"no complete cell under {runs}: run the study first (make study).")
+    config = load_config(configfiles, config_schema)
+    env_files = {env: [Path(p) for p in paths]
+                 for env, paths in sorted((env_configfiles or {}).items())}
+    present = sorted({c.key[0] for c in cells})
+    unknown = sorted(set(env_files) - set(present))
+    if unknown:
+        raise PublishError(
+            f"--env-configfile names {', '.join(unknown)}, which has no cells under {runs} "
+            f"(environments there: {', '.join(present)}): check the environment's name.")
+    env_configs = {env: load_config([*configfiles, *paths], config_schema)
+                   for env, paths in env_files.items()}
+    return Study(runs=runs, cells=cells, incomplete=incomplete, config=config,
+                 env_configfiles=env_files, env_configs=env_configs)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What :func:`refuse` let through: every problem found (all waived), how the code was
+    compared, the kinds waived (sorted) and why."""
+
+    problems: list[Problem]
+    how: str
+    waived: list[ProblemKind]
+    reason: str
+
+
+def refuse(study: Study, configfiles: Sequence[Path], root: Path, report: Path,
+           allowed: Mapping[ProblemKind, bool], reason: str) -> Checked:
+    """Find the study's problems (:func:`find_problems`) and refuse (:class:`PublishError`,
+    naming the cells and the flags that waive them) every kind not ``allowed``; a waiver
+    needs a ``reason``."""
+    try:
+        problems, how = find_problems(study.cells, study.incomplete, study.config, root,
+                                      study.env_configs)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PublishError(f"cannot derive the study's cells from the config "
+                           f"{', '.join(map(str, configfiles))}: {exc!r}. Pass the config the "
+                           "study ran with (--configfile).") from None
+    refused = [p for p in problems if not allowed[p.kind]]
+    if refused:
+        raise PublishError(_refusal(refused, report))
+    waived = sorted({p.kind for p in problems})
+    if waived and not reason.strip():
+        raise PublishError(
+            f"--allow-{'/--allow-'.join(waived)} waives {len(problems)} cell(s) "
+            f"({_counts(problems)}): say why with --reason TEXT; it is recorded in "
+            f"{report / DATA_DIR / MANIFEST} and shown in {report / README}.")
+    return Checked(problems=problems, how=how, waived=waived, reason=reason)
+
+
+def _counts(problems: Sequence[Problem]) -> str:
+    counts = Counter(p.kind for p in problems)
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+
+
+def _refusal(problems: Sequence[Problem], report: Path) -> str:
+    lines = []
+    for kind in ProblemKind:
+        some = [p for p in problems if p.kind == kind]
+        if some:
+            shown = "; ".join(f"{p.cell} ({p.why})" for p in some[:3])
+            more = f"; and {len(some) - 3} more" if len(some) > 3 else ""
+            lines.append(f"{len(some)} {kind}: {shown}{more}")
+    kinds = sorted({p.kind for p in problems})
+    return (f"refusing to publish into {report}: {'. '.join(lines)}. Fix: run the study again "
+            "(make study) for missing cells, after deleting the folders of failed and stale "
+            f"cells; or publish them as they are with --allow-{' --allow-'.join(kinds)} "
+            "--reason TEXT (recorded in the manifest).")

@@ -4,26 +4,22 @@ as published. The old publication is data: its files are read only inside ``repo
 through :func:`mnistbench.core.untrusted.read_text_under` (no symbolic link followed, a size
 cap), the config files its manifest names are kept as names and never opened, its text
 values are one-line strings, and every kept row is checked again as the aggregate's are
-(:func:`mnistbench.results.rows.check_rows`). :mod:`mnistbench.publish` imports every name
-here.
+(:func:`mnistbench.results.rows.check_rows`). The step of :func:`mnistbench.publish.publish`
+is :func:`keep`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mnistbench.core import atomic, schema, untrusted
-from mnistbench.publish_checks import PublishError
+from mnistbench.publish.checks import ProblemKind, PublishError, Study
+from mnistbench.publish.layout import DATA_DIR, MANIFEST, MAX_PUBLISHED_BYTES
 from mnistbench.results import aggregate, rows, validate
-
-DATA_DIR = "data"
-MANIFEST = "manifest.json"
-#: The largest file of a publication read (its report is about 2 MiB, its tables less).
-MAX_PUBLISHED_BYTES = 256 * 1024 * 1024
 
 
 @dataclass
@@ -131,9 +127,9 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
                 for e in old.get("environments") or [] if isinstance(e, dict)}
     entries = []
     for env in envs:
-        mine = {kind: [p for p in _dicts(checks.get(kind))
-                       if str(p.get("cell", "")).startswith(f"{env}/")]
-                for kind in ("missing", "failed", "stale")}
+        mine = {kind.value: [p for p in _dicts(checks.get(kind.value))
+                             if str(p.get("cell", "")).startswith(f"{env}/")]
+                for kind in ProblemKind}
         entries.append({"env": env, "published_at": _text(old.get("published_at")),
                         "git_revision": _text(old.get("git_revision")),
                         "cells": sum(row["env"] == env for row in summary),
@@ -204,3 +200,28 @@ def table_rows(path: Path) -> list[list[str]]:
 def summary_rows(path: Path) -> list[dict]:
     with path.open(encoding="utf-8", newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+# ---------------------------------------------------------------------------------------------
+# The step of publish
+def keep(report: Path, present: Sequence[str],
+         log: Callable[[str], None] | None = None) -> Kept:
+    """``publish --keep-published``: what :func:`kept_environments` keeps of ``report``'s
+    publication beside the environments ``present`` under results/runs, logged."""
+    kept = kept_environments(report, present)
+    if log is not None:
+        log(f"keeping {', '.join(kept.envs) or 'no environment'} as published")
+    return kept
+
+
+def all_env_configs(study: Study, kept: Kept | None
+                    ) -> tuple[dict[str, list[Path]], dict[str, dict]]:
+    """The config files and configs of every environment with a study of its own, for the
+    reproduce command and the manifest: the study's, and the kept environments' as recorded
+    in their publication (their config files are never read)."""
+    files, configs = dict(study.env_configfiles), dict(study.env_configs)
+    if kept is not None:
+        for env, paths in kept.env_configfiles.items():
+            files[env] = [Path(p) for p in paths]
+            configs[env] = kept.env_configs.get(env, {})
+    return files, configs

@@ -16,7 +16,7 @@ import yaml
 from mnistbench import cli, publish
 from tests import fakes
 from tests.fakes import make_study
-from tests.test_publish import (  # noqa: F401 - fixtures
+from tests.publish.test_publish import (  # noqa: F401 - fixtures
     ENV,
     FAKE,
     charts_once,

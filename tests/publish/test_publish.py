@@ -22,12 +22,13 @@ import yaml
 
 from mnistbench import __version__, cli, publish
 from mnistbench.core import atomic, provenance, schema
+from mnistbench.publish import rendering
 from mnistbench.report import render as report
 from mnistbench.results import aggregate, archive, cost
 from tests import fakes
 from tests.fakes import make_study
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = "alpha"
 #: The study of the fake results: the config's matrix is exactly the cells make_study writes.
 STUDY = {"devices": ["cpu"], "experiments": {
@@ -406,9 +407,9 @@ def test_publish_stages_the_whole_publication_before_the_swap(project, monkeypat
                          (stage / "index.html").is_file(), (stage / "README.md").is_file()))
         return real(src, dst)
 
-    monkeypatch.setattr(publish.os, "rename", rename)
+    monkeypatch.setattr(os, "rename", rename)
     run_publish()
-    monkeypatch.setattr(publish.os, "rename", real)
+    monkeypatch.setattr(os, "rename", real)
     old, staged, index, readme = seen[0]
     assert {k: v for k, v in old.items() if not k.startswith(".publish-")} == before
     assert "manifest.json" in staged and index and readme
@@ -435,8 +436,8 @@ def test_an_interrupted_publish_leaves_the_previous_publication(project, monkeyp
             time.sleep(5)
 
     if when == "render":
-        real_render = publish.render_staged
-        monkeypatch.setattr(publish, "render_staged",
+        real_render = rendering.render_staged
+        monkeypatch.setattr(rendering, "render_staged",
                             lambda *a, **k: (real_render(*a, **k), stop()))
     else:
         real_rename, real_replace = os.rename, os.replace
@@ -451,8 +452,8 @@ def test_an_interrupted_publish_leaves_the_previous_publication(project, monkeyp
             if when == "after README" and Path(dst).name == "README.md":
                 stop()
 
-        monkeypatch.setattr(publish.os, "rename", rename)
-        monkeypatch.setattr(publish.os, "replace", replace)
+        monkeypatch.setattr(os, "rename", rename)
+        monkeypatch.setattr(os, "replace", replace)
     assert cli.main(["publish"]) == 143
     monkeypatch.undo()
     assert "mnistbench publish: interrupted by SIGTERM" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""Tests of mnistbench.publish: the publication in report/ and its check."""
