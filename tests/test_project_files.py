@@ -72,8 +72,6 @@ def test_changelog_citation_and_catalog_name_what_holds():
 LONG_LINES = 800
 #: File (relative to the project) -> why it is longer than LONG_LINES.
 LONG_FILES: dict[str, str] = {
-    "src/mnistbench/cli.py": "every subcommand's parser and command in one file until issue 40 "
-                             "makes cli/ a package with one module per subcommand group",
     "src/mnistbench/report/plots.py": "every chart of the report drawn with matplotlib, one "
                                       "function a chart on shared styles; a split would "
                                       "separate the styles from their only users",

@@ -12,13 +12,14 @@ import sys
 import pytest
 
 from mnistbench import cli
+from mnistbench.core.envvars import MIRROR_VAR
 from mnistbench.data import files
 
 
 @pytest.fixture(autouse=True)
 def _no_env_mirror(monkeypatch):
     """Run without the caller's MNISTBENCH_MIRROR."""
-    monkeypatch.delenv(cli.MIRROR_VAR, raising=False)
+    monkeypatch.delenv(MIRROR_VAR, raising=False)
 
 
 def run_fetch(*args: str) -> int:
@@ -42,7 +43,7 @@ def test_fetch_error_exits_1_with_one_paragraph_and_no_traceback(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     dest = tmp_path / "dest"
-    env = {k: v for k, v in os.environ.items() if k != cli.MIRROR_VAR}
+    env = {k: v for k, v in os.environ.items() if k != MIRROR_VAR}
     proc = subprocess.run(
         [sys.executable, "-m", "mnistbench.cli", "fetch", "--dest", str(dest), "--mirror",
          str(empty), "--no-default-mirrors", "--retries", "0"],
@@ -61,7 +62,7 @@ def test_fetch_error_exits_1_with_one_paragraph_and_no_traceback(tmp_path):
 def test_fetch_mirror_order_flag_then_environment(tmp_path, monkeypatch, capsys):
     """--mirror comes first, then the MNISTBENCH_MIRROR entries (comma or space separated)."""
     flag, env_a, env_b = (tmp_path / name for name in ("flag", "env-a", "env-b"))
-    monkeypatch.setenv(cli.MIRROR_VAR, f"{env_a}, {env_b}")
+    monkeypatch.setenv(MIRROR_VAR, f"{env_a}, {env_b}")
     assert run_fetch("--dest", str(tmp_path / "dest"), "--mirror", str(flag)) == 1
     err = capsys.readouterr().err
     positions = [err.find(f"no such directory {folder}") for folder in (flag, env_a, env_b)]
@@ -99,7 +100,7 @@ def test_fetch_rejects_negative_retries(capsys):
 def test_fetch_from_environment_mirror_prints_the_paths(real_mnist_mirror, tmp_path,
                                                         monkeypatch, capsys):
     """MNISTBENCH_MIRROR alone fetches the real files; their paths go to stdout."""
-    monkeypatch.setenv(cli.MIRROR_VAR, real_mnist_mirror.as_uri())
+    monkeypatch.setenv(MIRROR_VAR, real_mnist_mirror.as_uri())
     dest = tmp_path / "dest"
     assert run_fetch("--dest", str(dest)) == 0
     captured = capsys.readouterr()

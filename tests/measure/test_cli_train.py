@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mnistbench import cli
+from mnistbench.cli import common
 from mnistbench.core import cpuruntime, figures, options, schema
 from mnistbench.measure import entry
 
@@ -190,7 +191,7 @@ def test_another_missing_module_is_not_called_torch(monkeypatch):
 
     monkeypatch.setattr(importlib, "import_module", missing)
     with pytest.raises(ModuleNotFoundError):
-        cli._import_measure("entry")
+        common.import_measure("entry")
 
 
 # --------------------------------------------------------------------------- --help defaults

@@ -32,17 +32,14 @@ counts each cell from the previous one's end, learns how many run at once. The s
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mnistbench.core import network, options, schema, study
 
@@ -541,33 +538,3 @@ def progress_summary(plan: Plan, now: float | None = None) -> str:
     model.source = f"refitted to {len(observations)} cells done"
     est = estimate(plan, model, [w.key for w in done], 0.0, 0)
     return progress_line(est, now).replace("; 0 s spent", "")
-
-
-
-# ---------------------------------------------------------------------------------------------
-# `mnistbench estimate` (registered by mnistbench.cli)
-def add_command(sub: Any) -> None:
-    """Add the ``estimate`` subcommand to the CLI's subparsers ``sub``."""
-    p = sub.add_parser(
-        "estimate", help="print how long a study's execution takes, or has left",
-        description="Print the estimate of an execution's duration from its plan (the file "
-        "the workflow writes when it starts, results/logs/estimate/plan.json): before its "
-        "first cell, the cells and the estimated total with a range; once cells are done, "
-        "how many and the time left, refitted from them (docs/workflow.md). To size a study "
-        "before running it: `snakemake -n`, whose last line is the same estimate.")
-    p.add_argument("--plan", type=Path, default=Path("results/logs/estimate", PLAN_FILE),
-                   help="the execution's plan (default: %(default)s)")
-    p.set_defaults(func=command)
-
-
-def command(args: argparse.Namespace) -> int:
-    """``mnistbench estimate``: print where the plan's execution stands; 1 when unreadable."""
-    try:
-        plan = Plan.from_json(args.plan.read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        print(f"mnistbench estimate: error: cannot read the plan {args.plan} ({exc}): give the "
-              "plan.json a study wrote when it started (results/logs/estimate/ of its working "
-              "directory), or size a study with `snakemake -n`.", file=sys.stderr)
-        return 1
-    print(progress_summary(plan))
-    return 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mnistbench import cli, completion
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def test_docs_cli_names_every_subcommand():

@@ -16,7 +16,7 @@ from mnistbench import cli, steps
 from mnistbench.core import atomic, cpuruntime, schema
 from mnistbench.results import cost
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -1,0 +1,1 @@
+"""Tests of mnistbench.cli: the mnistbench command, its parsers and its exit codes."""
