@@ -11,6 +11,7 @@ import pytest
 
 from mnistbench.core import study
 from mnistbench.report import blog
+from mnistbench.report.blog import Verdict
 from mnistbench.results import stats
 
 
@@ -121,21 +122,21 @@ def _est(value, low, high):
 def test_claimed_values_are_checked_against_intervals():
     """A claimed value inside the interval is confirmed, outside contradicted, and without an
     interval or data not checkable."""
-    assert blog.verdict_in_interval(11.3, _est(11.0, 10.5, 11.6))[0] == blog.CONFIRMED
-    assert blog.verdict_in_interval(11.3, _est(8.8, 8.3, 8.9))[0] == blog.CONTRADICTED
-    assert blog.verdict_in_interval(11.3, _est(8.8, None, None))[0] == blog.NOT_CHECKABLE
-    assert blog.verdict_in_interval(11.3, None)[0] == blog.NOT_CHECKABLE
+    assert blog.verdict_in_interval(11.3, _est(11.0, 10.5, 11.6))[0] == Verdict.CONFIRMED
+    assert blog.verdict_in_interval(11.3, _est(8.8, 8.3, 8.9))[0] == Verdict.CONTRADICTED
+    assert blog.verdict_in_interval(11.3, _est(8.8, None, None))[0] == Verdict.NOT_CHECKABLE
+    assert blog.verdict_in_interval(11.3, None)[0] == Verdict.NOT_CHECKABLE
 
 
 def test_the_accuracy_gap_against_the_seed_spread():
     """A gap within the seed spread is no device effect; a larger one is confirmed only when
     this study's devices differ too; without a spread or a GPU it is not checkable."""
-    assert blog.verdict_accuracy_gap(0.2, 0.25)[0] == blog.CONTRADICTED
-    assert blog.verdict_accuracy_gap(0.2, None)[0] == blog.NOT_CHECKABLE
-    assert blog.verdict_accuracy_gap(0.2, 0.1)[0] == blog.NOT_CHECKABLE
-    assert blog.verdict_accuracy_gap(0.2, 0.1, _est(0.05, -0.02, 0.1))[0] == blog.CONTRADICTED
-    assert blog.verdict_accuracy_gap(0.2, 0.1, _est(0.21, 0.15, 0.3))[0] == blog.CONFIRMED
-    assert blog.verdict_accuracy_gap(0.2, 0.1, _est(0.21, None, None))[0] == blog.NOT_CHECKABLE
+    assert blog.verdict_accuracy_gap(0.2, 0.25)[0] == Verdict.CONTRADICTED
+    assert blog.verdict_accuracy_gap(0.2, None)[0] == Verdict.NOT_CHECKABLE
+    assert blog.verdict_accuracy_gap(0.2, 0.1)[0] == Verdict.NOT_CHECKABLE
+    assert blog.verdict_accuracy_gap(0.2, 0.1, _est(0.05, -0.02, 0.1))[0] == Verdict.CONTRADICTED
+    assert blog.verdict_accuracy_gap(0.2, 0.1, _est(0.21, 0.15, 0.3))[0] == Verdict.CONFIRMED
+    assert blog.verdict_accuracy_gap(0.2, 0.1, _est(0.21, None, None))[0] == Verdict.NOT_CHECKABLE
 
 
 def test_tips_rules_and_order():

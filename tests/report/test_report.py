@@ -11,6 +11,9 @@ import base64
 import csv
 import re
 import struct
+import subprocess
+import sys
+import textwrap
 from importlib import resources
 from pathlib import Path
 
@@ -218,6 +221,28 @@ def test_without_charts_the_text_is_the_same_and_every_chart_says_not_drawn(full
         report.write_report(full["tables"], tmp_path / "index.html", charts=False,
                             figures_dir=tmp_path / "figures")
     assert not (tmp_path / "index.html").exists()
+
+
+def test_without_charts_matplotlib_is_never_imported(full, tmp_path):
+    """The charts' registry holds the plot functions without importing them: a report
+    rendered without charts, in a fresh interpreter, never loads matplotlib; a chart drawn
+    there loads it and gives a PNG."""
+    code = textwrap.dedent("""
+        import sys
+        from pathlib import Path
+        from mnistbench.report import charts, render
+        from mnistbench.results import aggregate
+        results, out = Path(sys.argv[1]), Path(sys.argv[2])
+        render.render_report(results, out, charts=False)
+        assert "matplotlib" not in sys.modules, "loaded by a report without charts"
+        png = charts.CHARTS[-1].render(aggregate.load_tables(results))
+        assert "matplotlib" in sys.modules and png[:4] == b"\\x89PNG"
+        """)
+    out = tmp_path / "index.html"
+    proc = subprocess.run([sys.executable, "-c", code, str(full["results"]), str(out)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "This report was rendered without charts" in out.read_text(encoding="utf-8")
 
 
 def test_docs_give_the_run_time_with_the_warmup():

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mnistbench.report import blog, selections
+from mnistbench.report.blog import Verdict
 from mnistbench.report.formatting import num, ratio_interval
 from mnistbench.report.sections import answer, claims, threads
 from mnistbench.results import aggregate, cost, stats
@@ -108,7 +109,7 @@ def test_the_threads_curve_and_the_one_core_claim(study):
     gain = stats.ratio_ci(_rates(summary, "threads", "cpu", "dataloader", 4),
                           _rates(summary, "threads", "cpu", "dataloader", 1))
     verdict = blog.verdict_parallel(gain)
-    assert verdict == blog.CONTRADICTED  # the fakes' arithmetic scales as threads^0.7
+    assert verdict == Verdict.CONTRADICTED  # the fakes' arithmetic scales as threads^0.7
     assert (f"{verdict}: the blog's code trained {num(gain.value, 3, '×')} as fast on 4 "
             "threads as on 1") in text
     for code in ("the blog's code as written", "this project's best code"):
@@ -118,17 +119,18 @@ def test_the_threads_curve_and_the_one_core_claim(study):
     assert [r["loader"] for r in rows[0]["rows"]] == ["1"] * 3  # the blog's: no workers
     assert [r["loader"] for r in rows[1]["rows"]] == ["0"] * 3  # data held in memory
     check = next(c for c in claims.checks(study["inputs"])
-                 if c["title"] == "Single core near 100 %")
-    assert check["verdict"] == verdict and "Decided by the threads experiment" in \
-        check["numbers"]
+                 if c.title == "Single core near 100 %")
+    assert check.verdict == verdict and "Decided by the threads experiment" in \
+        check.numbers
 
 
 @pytest.mark.parametrize(("low", "high", "verdict"), [
-    (1.3, 2.0, blog.CONTRADICTED), (0.9, 1.2, blog.CONFIRMED), (1.1, 1.4, blog.NOT_CHECKABLE)])
+    (1.3, 2.0, Verdict.CONTRADICTED), (0.9, 1.2, Verdict.CONFIRMED),
+    (1.1, 1.4, Verdict.NOT_CHECKABLE)])
 def test_verdict_parallel_by_the_interval(low, high, verdict):
     est = stats.Estimate((low + high) / 2, low, high, 3, 0.56, "ratio")
     assert blog.verdict_parallel(est) == verdict
-    assert blog.verdict_parallel(None) == blog.NOT_CHECKABLE
+    assert blog.verdict_parallel(None) == Verdict.NOT_CHECKABLE
 
 
 def test_same_hardware_environments_are_listed_apart_never_pooled(tmp_path):

@@ -10,6 +10,7 @@ import re
 
 from mnistbench.report import blog, selections
 from mnistbench.report import formatting as fmt
+from mnistbench.report.blog import Verdict
 from mnistbench.report.sections import blog_check
 from mnistbench.results import aggregate, cost, stats
 from tests.fakes import with_tips
@@ -80,26 +81,28 @@ def test_blog_checks_compute_their_verdicts(blogcode):
     electricity and its 73 % saving, the totals with the hardware, and the pay-back."""
     checks = _checks(blogcode["html"])
     expected = {
-        "The title's 10×": blog.CONFIRMED, "The model": blog.CONTRADICTED,
-        "11.3 ×, the blog's code as written": blog.CONTRADICTED,
-        "11.3 ×, this project's best code": blog.CONTRADICTED,
-        "The speed-up column and the time saving": blog.CONFIRMED,
-        "What the CPU epoch's phases leave unexplained": blog.CONTRADICTED,
-        "Single core near 100 %": blog.CONTRADICTED, "Memory about 3.2 GB": blog.CONTRADICTED,
-        "GPU memory about 1.8 GB": blog.CONFIRMED,
-        "Small batches waste the GPU": blog.CONFIRMED, "FP16 speeds the GPU up": blog.CONFIRMED,
-        "Final accuracy": blog.CONTRADICTED, "Final loss": blog.CONTRADICTED,
-        "The accuracy gap": blog.CONTRADICTED,
-        "Electricity of 10 CPU trainings": blog.CONTRADICTED,
-        "Electricity of 10 GPU trainings": blog.CONTRADICTED,
-        "The electricity saving": blog.CONFIRMED,
-        "The total cost of 10 trainings": blog.CONTRADICTED,
-        "The GPU pays for itself quickly": blog.CONFIRMED,
-        "Frequent context switches": blog.NOT_CHECKABLE, "The alternatives": blog.NOT_CHECKABLE,
+        "The title's 10×": Verdict.CONFIRMED, "The model": Verdict.CONTRADICTED,
+        "11.3 ×, the blog's code as written": Verdict.CONTRADICTED,
+        "11.3 ×, this project's best code": Verdict.CONTRADICTED,
+        "The speed-up column and the time saving": Verdict.CONFIRMED,
+        "What the CPU epoch's phases leave unexplained": Verdict.CONTRADICTED,
+        "Single core near 100 %": Verdict.CONTRADICTED,
+        "Memory about 3.2 GB": Verdict.CONTRADICTED, "GPU memory about 1.8 GB": Verdict.CONFIRMED,
+        "Small batches waste the GPU": Verdict.CONFIRMED,
+        "FP16 speeds the GPU up": Verdict.CONFIRMED,
+        "Final accuracy": Verdict.CONTRADICTED, "Final loss": Verdict.CONTRADICTED,
+        "The accuracy gap": Verdict.CONTRADICTED,
+        "Electricity of 10 CPU trainings": Verdict.CONTRADICTED,
+        "Electricity of 10 GPU trainings": Verdict.CONTRADICTED,
+        "The electricity saving": Verdict.CONFIRMED,
+        "The total cost of 10 trainings": Verdict.CONTRADICTED,
+        "The GPU pays for itself quickly": Verdict.CONFIRMED,
+        "Frequent context switches": Verdict.NOT_CHECKABLE,
+        "The alternatives": Verdict.NOT_CHECKABLE,
     }
     for title, verdict in expected.items():
         assert checks[title][0] == verdict, (title, checks[title])
-    assert all(verdict in blog.VERDICTS and len(text) > 40 for verdict, text in checks.values())
+    assert all(verdict in set(Verdict) and len(text) > 40 for verdict, text in checks.values())
     assert "9,216 features" in checks["The model"][1] and "1,600" in checks["The model"][1]
     assert "150 W (the blog's CPU system power) × 1.63 h × $0.15/kWh = $0.0367, not $0.37" in \
         checks["Electricity of 10 CPU trainings"][1]
@@ -141,15 +144,15 @@ def test_a_claim_that_cannot_be_checked_says_why(quick, full, tmp_path):
                   "The GPU's advantage is largest in backprop", "FP16 speeds the GPU up",
                   "Small batches waste the GPU", "The blog's GPU tips"):
         verdict, text = checks[title]
-        assert verdict == blog.NOT_CHECKABLE and ("Needs" in text or "No tips" in text), title
-    assert checks["Single core near 100 %"][0] == blog.NOT_CHECKABLE  # no blog-code cells
+        assert verdict == Verdict.NOT_CHECKABLE and ("Needs" in text or "No tips" in text), title
+    assert checks["Single core near 100 %"][0] == Verdict.NOT_CHECKABLE  # no blog-code cells
     tips = _checks(studies.write(_committed_shape(full["tables"]), tmp_path))
     assert "tips experiment's baseline" in tips["Single core near 100 %"][1]
-    assert tips["Single core near 100 %"][0] == blog.CONTRADICTED
+    assert tips["Single core near 100 %"][0] == Verdict.CONTRADICTED
     # one rule for the claim: the verdict most of its tips share (cudnn.benchmark is slower
     # here, the others pay off), written beside it
     verdict, text = tips["The blog's GPU tips"]
-    assert verdict == blog.CONFIRMED and "cudnn.benchmark" in text
+    assert verdict == Verdict.CONFIRMED and "cudnn.benchmark" in text
     assert re.search(r"cudnn\.benchmark [\d.]+ × \(slower\)", text)
     assert "the claim takes the verdict most of its tips share" in text
 
@@ -165,12 +168,12 @@ def test_a_subset_is_not_comparable_and_the_blog_box_steps_back(quick):
     comparisons = [r for r in rows if "another machine" not in r]
     assert comparisons and all(note in r for r in comparisons)
     checks = _checks(html)
-    assert checks["The accuracy gap"][0] == blog.NOT_CHECKABLE
-    assert checks["Final accuracy"][0] == blog.NOT_CHECKABLE
-    assert checks["The model"][0] == blog.CONTRADICTED  # the blog alone: still checked
+    assert checks["The accuracy gap"][0] == Verdict.NOT_CHECKABLE
+    assert checks["Final accuracy"][0] == Verdict.NOT_CHECKABLE
+    assert checks["The model"][0] == Verdict.CONTRADICTED  # the blog alone: still checked
     for title, (verdict, text) in checks.items():
         if "Here" in text and "11.3" in title:
-            assert verdict == blog.NOT_CHECKABLE and note in text, title
+            assert verdict == Verdict.NOT_CHECKABLE and note in text, title
 
 
 def test_full_settings_are_comparable(tenfold):

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from mnistbench.report import blog, comparison
+from mnistbench.report.blog import Verdict
 from mnistbench.report.sections import claims
 from mnistbench.report.selections import Inputs, with_code
 from mnistbench.results import aggregate, cost, stats
@@ -177,9 +178,9 @@ def test_every_claim_has_its_rule_written_beside_it(two_machines):
     found = claims.checks(inputs)
     untested = {title for title, _, _ in claims.UNTESTABLE}
     for check in found:
-        rule = check["rule"]
-        assert (rule.startswith("none") if check["title"] in untested
-                else not rule.startswith("none")), check["title"]
+        rule = check.rule
+        assert (rule.startswith("none") if check.title in untested
+                else not rule.startswith("none")), check.title
     page = visible(section_of(two_machines["html"], "blog"))
     assert page.count("The rule:") == len(found)
 
@@ -189,6 +190,6 @@ def test_within_noise_is_not_distinguishable():
     def est(low, high):
         return stats.Estimate((low + high) / 2, low, high, 2, 0.25, "range")
 
-    assert blog.verdict_faster(est(0.69, 1.48)) == blog.NOT_DISTINGUISHABLE
-    assert blog.verdict_faster(est(0.5, 0.9)) == blog.CONTRADICTED
-    assert blog.verdict_faster(est(1.1, 1.3)) == blog.CONFIRMED
+    assert blog.verdict_faster(est(0.69, 1.48)) == Verdict.NOT_DISTINGUISHABLE
+    assert blog.verdict_faster(est(0.5, 0.9)) == Verdict.CONTRADICTED
+    assert blog.verdict_faster(est(1.1, 1.3)) == Verdict.CONFIRMED

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mnistbench.core import study
-from mnistbench.report import blog, selections
+from mnistbench.report import selections
+from mnistbench.report.blog import Verdict
 from mnistbench.report.sections import claims, verdict
 from mnistbench.results import aggregate, cost
 from tests.report import test_report_studies as studies
@@ -39,14 +40,15 @@ def test_the_verdict_box_with_a_gpu(blogcode):
     inputs = selections.Inputs(blogcode["tables"], cost.load_model(None))
     found = claims.checks(inputs)
     tally = claims.tally(found)
-    assert (f"The blog's {len(found)} claims, checked here: {tally[blog.CONFIRMED]} confirmed, "
-            f"{tally[blog.CONTRADICTED]} contradicted, {tally[blog.NOT_DISTINGUISHABLE]} not "
-            f"distinguishable, {tally[blog.NOT_CHECKABLE]} not checkable") in box
+    assert (f"The blog's {len(found)} claims, checked here: {tally[Verdict.CONFIRMED]} "
+            f"confirmed, {tally[Verdict.CONTRADICTED]} contradicted, "
+            f"{tally[Verdict.NOT_DISTINGUISHABLE]} not distinguishable, "
+            f"{tally[Verdict.NOT_CHECKABLE]} not checkable") in box
     assert sum(tally.values()) == len(found)
     strongest = claims.strongest(found)
-    assert len(strongest) == 3 and all(c["verdict"] != blog.NOT_CHECKABLE for c in strongest)
+    assert len(strongest) == 3 and all(c.verdict != Verdict.NOT_CHECKABLE for c in strongest)
     for check in strongest:
-        assert f"{check['verdict']}: {check['short']}" in box
+        assert f"{check.verdict}: {check.short}" in box
 
 
 def test_the_verdict_box_without_a_gpu_says_why(quick):

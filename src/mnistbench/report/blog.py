@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import TypedDict
 
 from mnistbench.core import study
@@ -136,13 +137,21 @@ BLOG_SETTINGS: Settings = {"batch_size": 128, "precision": "fp32", "epochs": 10,
 #: The blog's loader: its own pipeline (a Dataset with a per-sample transform, DataLoader).
 BLOG_LOADER = "dataloader"
 
-#: Verdicts of a check.
-CONFIRMED = "confirmed"
-CONTRADICTED = "contradicted"
-NOT_CHECKABLE = "not checkable"
-#: Measured, but within noise: the data can tell neither way (never "contradicted").
-NOT_DISTINGUISHABLE = "not distinguishable"
-VERDICTS = (CONFIRMED, CONTRADICTED, NOT_DISTINGUISHABLE, NOT_CHECKABLE)
+
+class Verdict(StrEnum):
+    """The verdict of a check of one of the blog's claims: its value is the word the page
+    prints, and the members' order the order the verdict box counts them in."""
+
+    CONFIRMED = "confirmed"
+    CONTRADICTED = "contradicted"
+    #: Measured, but within noise: the data can tell neither way (never "contradicted").
+    NOT_DISTINGUISHABLE = "not distinguishable"
+    NOT_CHECKABLE = "not checkable"
+
+    @classmethod
+    def holds(cls, claim_holds: bool) -> Verdict:
+        """Confirmed when the claim holds, else contradicted."""
+        return cls.CONFIRMED if claim_holds else cls.CONTRADICTED
 
 
 def blog_cells(summary):
@@ -269,20 +278,20 @@ def training_seconds(epoch_s: float, runs: int | None = None,
 
 # ------------------------------------------------------------------------- verdict rules
 
-def verdict_in_interval(claimed: float, est) -> tuple[str, str]:
+def verdict_in_interval(claimed: float, est) -> tuple[Verdict, str]:
     """(verdict, why) of a claimed value against an estimate with an interval: confirmed when
     the interval contains it, contradicted when not, not checkable without an interval."""
     if est is None:
-        return NOT_CHECKABLE, "not measured here"
+        return Verdict.NOT_CHECKABLE, "not measured here"
     if not est.has_interval:
-        return NOT_CHECKABLE, "one repeat gives no interval to check it against"
+        return Verdict.NOT_CHECKABLE, "one repeat gives no interval to check it against"
     if est.low <= claimed <= est.high:
-        return CONFIRMED, "inside the interval"
-    return CONTRADICTED, "outside the interval"
+        return Verdict.CONFIRMED, "inside the interval"
+    return Verdict.CONTRADICTED, "outside the interval"
 
 
 def verdict_accuracy_gap(claimed_gap: float, seed_spread: float | None,
-                         device_diff=None) -> tuple[str, str]:
+                         device_diff=None) -> tuple[Verdict, str]:
     """(verdict, why) of the claim that the devices differ in accuracy by ``claimed_gap``
     points, given the seed-to-seed spread measured here (max - min over repeats, points; None
     without 2 repeats) and, where a GPU ran, this study's device difference (an estimate of
@@ -293,18 +302,20 @@ def verdict_accuracy_gap(claimed_gap: float, seed_spread: float | None,
     difference excludes 0 (the devices differ here too), contradicted when it includes 0, and
     not checkable without GPU cells or without an interval."""
     if seed_spread is None:
-        return NOT_CHECKABLE, "one repeat per cell gives no seed-to-seed spread to judge it by"
+        return Verdict.NOT_CHECKABLE, ("one repeat per cell gives no seed-to-seed spread to "
+                                       "judge it by")
     if abs(claimed_gap) <= seed_spread:
-        return CONTRADICTED, ("a gap within the seed-to-seed spread says nothing about the "
-                              "devices")
+        return Verdict.CONTRADICTED, ("a gap within the seed-to-seed spread says nothing about "
+                                      "the devices")
     if device_diff is None:
-        return NOT_CHECKABLE, "without GPU cells this study cannot measure a device difference"
+        return Verdict.NOT_CHECKABLE, ("without GPU cells this study cannot measure a device "
+                                       "difference")
     if not device_diff.has_interval:
-        return NOT_CHECKABLE, ("one repeat on a side gives no interval of the device "
-                               "difference")
+        return Verdict.NOT_CHECKABLE, ("one repeat on a side gives no interval of the device "
+                                       "difference")
     if device_diff.low <= 0 <= device_diff.high:
-        return CONTRADICTED, "here the devices do not differ beyond the seed"
-    return CONFIRMED, "here the devices differ too"
+        return Verdict.CONTRADICTED, "here the devices do not differ beyond the seed"
+    return Verdict.CONFIRMED, "here the devices differ too"
 
 
 def unexplained_s(device: str) -> float:
@@ -335,12 +346,12 @@ QUICK_SHARE_OF_LIFE = 0.1
 
 
 def verdict_arithmetic(printed: float, computed: float,
-                       tolerance: float = ARITHMETIC_TOLERANCE) -> str:
+                       tolerance: float = ARITHMETIC_TOLERANCE) -> Verdict:
     """Confirmed when a printed figure is the arithmetic of the blog's own figures (within
     ``tolerance``), else contradicted."""
     if computed == 0:
-        return CONFIRMED if printed == 0 else CONTRADICTED
-    return CONFIRMED if abs(printed / computed - 1.0) <= tolerance else CONTRADICTED
+        return Verdict.holds(printed == 0)
+    return Verdict.holds(abs(printed / computed - 1.0) <= tolerance)
 
 
 def one_significant_figure(value: float) -> float:
@@ -351,42 +362,42 @@ def one_significant_figure(value: float) -> float:
     return round(value / magnitude) * magnitude
 
 
-def verdict_round_figure(title: float, table: float) -> str:
+def verdict_round_figure(title: float, table: float) -> Verdict:
     """Confirmed when the title's figure is the table's rounded to one significant figure
     (a round number for it), else contradicted."""
-    return CONFIRMED if one_significant_figure(table) == title else CONTRADICTED
+    return Verdict.holds(one_significant_figure(table) == title)
 
 
 def verdict_relative(claimed: float, measured: float | None,
-                     tolerance: float = SAME_CODE_TOLERANCE) -> str:
+                     tolerance: float = SAME_CODE_TOLERANCE) -> Verdict:
     """A figure that the same code gives on any machine: confirmed when this study's is
     within ``tolerance`` of it, contradicted when not, not checkable without one."""
     if measured is None or claimed == 0:
-        return NOT_CHECKABLE
-    return CONFIRMED if abs(measured / claimed - 1.0) <= tolerance else CONTRADICTED
+        return Verdict.NOT_CHECKABLE
+    return Verdict.holds(abs(measured / claimed - 1.0) <= tolerance)
 
 
-def verdict_within_spread(claimed: float, values) -> tuple[str, str]:
+def verdict_within_spread(claimed: float, values) -> tuple[Verdict, str]:
     """A figure that differs from seed to seed (accuracy, best epoch, final loss): confirmed
     when it lies within this study's repeats widened by their spread on each side ([min -
     spread, max + spread]), contradicted when outside, not checkable below 2 repeats."""
     values = [float(v) for v in values]
     if len(values) < 2:
-        return NOT_CHECKABLE, "one repeat gives no seed-to-seed spread to judge it by"
+        return Verdict.NOT_CHECKABLE, "one repeat gives no seed-to-seed spread to judge it by"
     low, high = min(values), max(values)
     spread = high - low
     if low - spread <= claimed <= high + spread:
-        return CONFIRMED, "within the repeats widened by their spread"
-    return CONTRADICTED, "outside the repeats widened by their spread"
+        return Verdict.CONFIRMED, "within the repeats widened by their spread"
+    return Verdict.CONTRADICTED, "outside the repeats widened by their spread"
 
 
-def verdict_single_core(cpu_pct: float | None, cores: int | None) -> str:
+def verdict_single_core(cpu_pct: float | None, cores: int | None) -> Verdict:
     """"Single-core use close to 100 %": confirmed when the process used at most
     :data:`SINGLE_CORE_MAX_PCT` % on average, contradicted above; not checkable without a
     measurement or on a machine of one core (where any process is single-core)."""
     if cpu_pct is None or not cores or cores < 2:
-        return NOT_CHECKABLE
-    return CONFIRMED if cpu_pct <= SINGLE_CORE_MAX_PCT else CONTRADICTED
+        return Verdict.NOT_CHECKABLE
+    return Verdict.holds(cpu_pct <= SINGLE_CORE_MAX_PCT)
 
 
 #: "No effective parallel computing" is contradicted when every core trains the blog's code
@@ -395,21 +406,21 @@ def verdict_single_core(cpu_pct: float | None, cores: int | None) -> str:
 PARALLEL_GAIN = 1.25
 
 
-def verdict_parallel(gain) -> str:
+def verdict_parallel(gain) -> Verdict:
     """"No effective parallel computing", from the threads experiment: ``gain`` (a
     :class:`mnistbench.results.stats.Estimate` of the blog's code's rate at every core over
     one thread's). Contradicted when its interval lies above :data:`PARALLEL_GAIN` (one run
     a side: the value), confirmed when below, not checkable when it holds the threshold or
     there is no estimate."""
     if gain is None:
-        return NOT_CHECKABLE
+        return Verdict.NOT_CHECKABLE
     low = gain.low if gain.has_interval else gain.value
     high = gain.high if gain.has_interval else gain.value
     if low >= PARALLEL_GAIN:
-        return CONTRADICTED
+        return Verdict.CONTRADICTED
     if high < PARALLEL_GAIN:
-        return CONFIRMED
-    return NOT_CHECKABLE
+        return Verdict.CONFIRMED
+    return Verdict.NOT_CHECKABLE
 
 
 def largest_phase(phase_seconds: Mapping[str, float]) -> str:
@@ -419,35 +430,33 @@ def largest_phase(phase_seconds: Mapping[str, float]) -> str:
     return max(steps, key=steps.__getitem__)
 
 
-def verdict_not_bottleneck(phase_seconds: list[Mapping[str, float]]) -> str:
+def verdict_not_bottleneck(phase_seconds: list[Mapping[str, float]]) -> Verdict:
     """"Data loading is not the bottleneck": contradicted when it is the longest phase of a
     training step on any device measured, confirmed when on none; not checkable without
     phase times."""
     if not phase_seconds:
-        return NOT_CHECKABLE
-    return (CONTRADICTED if any(largest_phase(p) == "data" for p in phase_seconds)
-            else CONFIRMED)
+        return Verdict.NOT_CHECKABLE
+    return Verdict.holds(all(largest_phase(p) != "data" for p in phase_seconds))
 
 
-def verdict_faster(est) -> str:
+def verdict_faster(est) -> Verdict:
     """"X speeds it up": confirmed when the interval of the speed-up lies above 1,
     contradicted when it lies below, not distinguishable when it holds 1 (within noise), not
     checkable without an interval."""
     if est is None or not est.has_interval:
-        return NOT_CHECKABLE
+        return Verdict.NOT_CHECKABLE
     if est.low > 1.0:
-        return CONFIRMED
-    return CONTRADICTED if est.high < 1.0 else NOT_DISTINGUISHABLE
+        return Verdict.CONFIRMED
+    return Verdict.CONTRADICTED if est.high < 1.0 else Verdict.NOT_DISTINGUISHABLE
 
 
-def verdict_pays_back(runs: float, run_s: float, life_hours: float) -> str:
+def verdict_pays_back(runs: float, run_s: float, life_hours: float) -> Verdict:
     """"The GPU pays for itself quickly": confirmed when its break-even (``runs`` GPU runs of
     ``run_s`` each) takes at most :data:`QUICK_SHARE_OF_LIFE` of the machines' life of use
     (``life_hours``), contradicted when longer or never."""
     if math.isinf(runs):
-        return CONTRADICTED
-    return CONFIRMED if runs * run_s / 3600.0 <= QUICK_SHARE_OF_LIFE * life_hours \
-        else CONTRADICTED
+        return Verdict.CONTRADICTED
+    return Verdict.holds(runs * run_s / 3600.0 <= QUICK_SHARE_OF_LIFE * life_hours)
 
 
 # ------------------------------------------------------------------------- the tips

@@ -8,9 +8,41 @@ rendered with ``charts=False``, for tests that read only its text)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mnistbench.results import aggregate
+
+#: A function of :mod:`mnistbench.report.plots`: the chart's tables in, PNG bytes out (None:
+#: no data).
+PlotFunction = Callable[..., bytes | None]
+
+
+class _Deferred:
+    """:mod:`mnistbench.report.plots` as :data:`CHARTS` names it: ``plots.headline`` is a
+    function that imports the module (and matplotlib with it) when it is called, and calls the
+    module's own; a report rendered without charts never loads matplotlib."""
+
+    def __getattr__(self, name: str) -> PlotFunction:
+        if name.startswith("_"):
+            raise AttributeError(name)
+
+        def deferred(*tables):
+            from mnistbench.report import plots as module
+
+            return getattr(module, name)(*tables)
+
+        deferred.__name__ = deferred.__qualname__ = name
+        return deferred
+
+
+# The type checker reads the plot functions themselves (a chart naming one that does not exist
+# is a type error); the interpreter defers them until a chart is drawn.
+if TYPE_CHECKING:
+    from mnistbench.report import plots
+else:
+    plots = _Deferred()
 
 
 @dataclass(frozen=True)
@@ -21,7 +53,7 @@ class Chart:
     key: str
     title: str
     sources: tuple[str, ...]
-    draw: str  # the function of mnistbench.report.plots that draws it
+    draw: PlotFunction  # the function of mnistbench.report.plots that draws it
     why_absent: str
     numbers: str = "the tables of its section"  # where a reader without the image finds them
 
@@ -32,12 +64,9 @@ class Chart:
 
     def render(self, tables) -> bytes | None:
         """PNG bytes of this chart from the aggregated tables, None when it has no data
-        (matplotlib is imported here, not with this module: a report rendered without charts
-        never loads it)."""
-        from mnistbench.report import plots
-
-        return getattr(plots, self.draw)(*(getattr(tables, name).copy()
-                                           for name in self.sources))
+        (matplotlib is imported when a chart is drawn, not with this module: a report rendered
+        without charts never loads it)."""
+        return self.draw(*(getattr(tables, name).copy() for name in self.sources))
 
 
 #: Every chart of the report, in order. ``sources``: the tables (attributes of
@@ -45,29 +74,29 @@ class Chart:
 #: :mod:`mnistbench.report.plots`.
 CHARTS = (
     Chart("headline", "The headline: seconds per epoch, the blog's machine and this study's",
-          ("summary",), "headline", "no cells at all"),
+          ("summary",), plots.headline, "no cells at all"),
     Chart("phases", "Where the time goes: seconds per epoch by phase", ("summary",),
-          "phase_bars",
+          plots.phase_bars,
           "no ok cells at the blog's settings (convergence, or sweep at batch 128 fp32)",
           "the phase table beside it (the same medians)"),
-    Chart("throughput", "Throughput vs batch size", ("summary",), "throughput",
+    Chart("throughput", "Throughput vs batch size", ("summary",), plots.throughput,
           "no ok cells of the sweep experiment", "data/summary.csv, the sweep experiment's rows"),
-    Chart("speedup", "GPU speed-up vs batch size", ("summary",), "speedup",
+    Chart("speedup", "GPU speed-up vs batch size", ("summary",), plots.speedup,
           "the sweep needs ok cells on both cpu (fp32) and cuda at the same batch size "
           "and loader", "data/summary.csv, the sweep's rows of both devices"),
-    Chart("precision", "Precision comparison", ("summary",), "precision",
+    Chart("precision", "Precision comparison", ("summary",), plots.precision,
           "the sweep needs ok cells at fp32 and at another precision on the same device",
           "the precision table under the charts"),
     Chart("why", "Why: each device against its measured limit", ("summary",),
-          "against_limit", "no ok sweep or scale cells with an achieved GFLOP/s",
+          plots.against_limit, "no ok sweep or scale cells with an achieved GFLOP/s",
           "the tables of this section (each device's limit and share of it)"),
     Chart("convergence", "Convergence: test loss and accuracy per epoch",
-          ("epochs", "summary"), "convergence", "no epoch rows from ok convergence cells",
+          ("epochs", "summary"), plots.convergence, "no epoch rows from ok convergence cells",
           "the accuracy table below it, every epoch in data/epochs.csv"),
     Chart("resources", "Resources over time (convergence runs)", ("resources", "summary"),
-          "resources", "no resource samples from ok convergence cells",
+          plots.resources, "no resource samples from ok convergence cells",
           "the resources table above it, every sample in data/resources.csv"),
-    Chart("status", "Status of every cell", ("summary",), "status_heatmap", "no cells at all",
+    Chart("status", "Status of every cell", ("summary",), plots.status_heatmap, "no cells at all",
           "the matrix's tables below it"),
 )
 

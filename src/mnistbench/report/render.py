@@ -166,7 +166,7 @@ def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel |
     html = render_html(build_context(tables, model, command=command, results=Path(results),
                                      figures=figures, checks=checks))
     try:
-        if figures_dir is not None:
+        if figures_dir is not None and figures is not None:  # figures_dir: charts drawn
             _write_figures(figures, Path(figures_dir))
         atomic.write_text(out, html)
     except OSError as exc:

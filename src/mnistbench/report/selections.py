@@ -188,7 +188,7 @@ def col(frame, name) -> list[float]:
 
 def per_epoch(frame, column) -> list[float]:
     """Each cell's ``column`` (a total over its epochs) divided by its epochs."""
-    out = []
+    out: list[float] = []
     if frame is None or frame.empty:
         return out
     for value, epochs in zip(frame[column].tolist(), frame["epochs"].tolist(), strict=True):

@@ -42,10 +42,14 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mnistbench.core import atomic, schema
 from mnistbench.core.devices import device_label
 from mnistbench.results import rows, validate
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Params repeated in front of every epochs.csv / resources.csv row (after the id columns).
 KEY_PARAMS = ("device", "precision", "loader", "batch_size", "repeat")
@@ -386,9 +390,9 @@ def _numeric(frame, column: str, path: Path):
 class Tables:
     """The aggregated tables as pandas DataFrames (text columns as str, the rest numeric)."""
 
-    summary: object
-    epochs: object
-    resources: object
+    summary: pd.DataFrame
+    epochs: pd.DataFrame
+    resources: pd.DataFrame
 
 
 def load_tables(results: Path) -> Tables:

@@ -3,18 +3,20 @@ every claim of the post (../shared/blog/README.md) ends *confirmed*, *contradict
 checkable*, with the numbers, decided by the rules of :mod:`mnistbench.report.blog`. A claim
 this study's data cannot test says why in a few words.
 
-Each check is a dict: ``title``, ``claim``, ``verdict`` (and its CSS class), ``numbers``,
-``short`` (a few words for the verdict box) and ``rank`` (lower: a stronger finding, named
-first in the verdict box). Comparisons of times and accuracy use the blog's code as written
-where this study ran it (:func:`mnistbench.report.selections.blog_code`) and say which code
-they use; a subset of the blog's settings makes them not checkable.
+Each check is a :class:`Check`: the claim, its :class:`~mnistbench.report.blog.Verdict`, the
+numbers and the rule that decided it, a few words for the verdict box and a rank (lower: a
+stronger finding, named first in the verdict box). Comparisons of times and accuracy use the
+blog's code as written where this study ran it (:func:`mnistbench.report.selections.blog_code`)
+and say which code they use; a subset of the blog's settings makes them not checkable.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from mnistbench.report import blog, comparison
+from mnistbench.report.blog import Verdict
 from mnistbench.report.formatting import (
     as_printed,
     count,
@@ -125,22 +127,45 @@ def rule_of(title: str) -> str:
                 "none: this study does not measure it")
 
 
-def _check(title, claim, verdict, numbers, *, short="", rank=UNTESTED) -> dict:
-    assert verdict in blog.VERDICTS, verdict
+@dataclass(frozen=True)
+class Check:
+    """One claim of the blog, checked: its title and words (``claim``), the verdict, the
+    numbers that decided it (a sentence) and the rule (:func:`rule_of`); ``short``: a few
+    words for the verdict box ("" for a claim never named there), ``rank``: lower is a
+    stronger finding, named first in the verdict box."""
+
+    title: str
+    claim: str
+    verdict: Verdict
+    numbers: str
+    rule: str
+    short: str = ""
+    rank: int = UNTESTED
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.verdict, Verdict):
+            raise TypeError(f"the check {self.title!r} has no Verdict: {self.verdict!r}")
+
+    @property
+    def verdict_class(self) -> str:
+        """The verdict's CSS class: its words joined by hyphens ("not-checkable")."""
+        return self.verdict.value.replace(" ", "-")
+
+
+def _check(title: str, claim: str, verdict: Verdict, numbers: str, *, short: str = "",
+           rank: int = UNTESTED) -> Check:
     numbers = numbers.strip()
-    return {"title": title, "claim": claim, "verdict": verdict,
-            "verdict_class": verdict.replace(" ", "-"),
-            "numbers": numbers if numbers.endswith(".") else numbers + ".",
-            "rule": rule_of(title), "short": short, "rank": rank}
+    return Check(title, claim, verdict, numbers if numbers.endswith(".") else numbers + ".",
+                 rule_of(title), short, rank)
 
 
-def _worst(verdicts) -> str:
+def _worst(verdicts: list[Verdict]) -> Verdict:
     """One verdict of several parts: contradicted if any part is, confirmed if every part
     that could be checked is, not checkable if none could."""
-    checked = [v for v in verdicts if v != blog.NOT_CHECKABLE]
+    checked = [v for v in verdicts if v != Verdict.NOT_CHECKABLE]
     if not checked:
-        return blog.NOT_CHECKABLE
-    return blog.CONTRADICTED if blog.CONTRADICTED in checked else blog.CONFIRMED
+        return Verdict.NOT_CHECKABLE
+    return Verdict.holds(Verdict.CONTRADICTED not in checked)
 
 
 def _where(inputs: Inputs, env) -> str:
@@ -149,9 +174,9 @@ def _where(inputs: Inputs, env) -> str:
 
 # ---------------------------------------------------------------------------- the blog alone
 
-def _model() -> dict:
+def _model() -> Check:
     one_pool, two_pools = blog.flattened_features(False), blog.flattened_features(True)
-    verdict = blog.CONFIRMED if two_pools == REF["fc1_in_features"] else blog.CONTRADICTED
+    verdict = Verdict.holds(two_pools == REF["fc1_in_features"])
     return _check(
         "The model",
         f"The printed forward() (a max-pool after each convolution) feeds fc1 = "
@@ -164,7 +189,7 @@ def _model() -> dict:
               f"{REF['fc1_in_features']:,})", rank=1)
 
 
-def _electricity() -> list[dict]:
+def _electricity() -> list[Check]:
     checks = []
     for key, name, rank in (("cpu", "CPU", 0), ("gpu", "GPU", 6)):
         secs = blog.training_seconds(REF[f"{key}_epoch_s"])
@@ -194,7 +219,7 @@ def _corrected_costs() -> tuple[float, float]:
     return cpu, gpu
 
 
-def _saving(inputs: Inputs) -> dict:
+def _saving(inputs: Inputs) -> Check:
     cpu, gpu = _corrected_costs()
     printed = 100 * (1 - REF["gpu_cost"] / REF["cpu_cost"])
     right = 100 * (1 - gpu / cpu)
@@ -228,7 +253,7 @@ def _measured_saving(inputs: Inputs) -> str:
             "on (energy is not compared across machines)")
 
 
-def _own_arithmetic() -> dict:
+def _own_arithmetic() -> Check:
     parts = [("per epoch", REF["speedup"], REF["cpu_epoch_s"] / REF["gpu_epoch_s"]),
              ("in total", REF["total_speedup"], REF["cpu_total_s"] / REF["gpu_total_s"]),
              ("data loading", REF["data_speedup"], REF["cpu_data_s"] / REF["gpu_data_s"]),
@@ -248,7 +273,7 @@ def _own_arithmetic() -> dict:
         short="its speed-up column is its own figures divided", rank=20)
 
 
-def _title(inputs: Inputs) -> dict:
+def _title(inputs: Inputs) -> Check:
     verdict = blog.verdict_round_figure(REF["title_speedup"], REF["speedup"])
     measured = _kind_speedups(inputs)
     return _check(
@@ -262,7 +287,7 @@ def _title(inputs: Inputs) -> dict:
         short="the title's 10× rounds its tables' 11.3×", rank=19)
 
 
-def _hardware_total(inputs: Inputs) -> dict:
+def _hardware_total(inputs: Inputs) -> Check:
     model = inputs.model
     parts = []
     for key, device in (("cpu", "cpu"), ("gpu", "cuda")):
@@ -276,7 +301,7 @@ def _hardware_total(inputs: Inputs) -> dict:
     return _check(
         f"The total cost of {RUNS} trainings",
         f"{RUNS} trainings cost ${REF['cpu_total_usd']:,.2f} on the CPU and "
-        f"${REF['gpu_total_usd']:,.2f} on the GPU, hardware included.", blog.CONTRADICTED,
+        f"${REF['gpu_total_usd']:,.2f} on the GPU, hardware included.", Verdict.CONTRADICTED,
         f"The totals add the whole price of each machine to {RUNS} runs, which occupy it "
         f"for {as_printed(REF['cpu_hours'], 'h')} and {as_printed(REF['gpu_hours'], 'h')}. "
         "Written off over its life of use (the cost model's life and hours, an assumption): "
@@ -284,7 +309,7 @@ def _hardware_total(inputs: Inputs) -> dict:
         short=f"its totals add the whole hardware price to {RUNS} runs", rank=4)
 
 
-def _payback(inputs: Inputs) -> dict:
+def _payback(inputs: Inputs) -> Check:
     model = inputs.model
     cpu, gpu = _corrected_costs()
     extra = REF["gpu_hardware_usd"] - REF["cpu_hardware_usd"]
@@ -342,7 +367,7 @@ def _kind_speedups(inputs: Inputs) -> str:
     return "; ".join(parts)
 
 
-def _speedups(inputs: Inputs, note: str) -> list[dict]:
+def _speedups(inputs: Inputs, note: str) -> list[Check]:
     summary, cells = inputs.summary, inputs.cells
     title = as_printed(REF["speedup"], "×")
     claim = f"A GPU trains this model {title} faster than a CPU."
@@ -355,13 +380,13 @@ def _speedups(inputs: Inputs, note: str) -> list[dict]:
             why = (f"No GPU and CPU cells of {label} in any environment of this study ("
                    + ("; ".join(comparison.device_absence(summary, d) for d in ("cpu", "cuda")
                                 if frame[frame["device"] == d].empty)) + ")")
-            checks.append(_check(f"{title}, {label}", claim, blog.NOT_CHECKABLE, why))
+            checks.append(_check(f"{title}, {label}", claim, Verdict.NOT_CHECKABLE, why))
             continue
         env = found.gpu_env
         loader = sorted(set(frame.loc[frame["env"] == env, "loader"]))[0]
         est = comparison.ratio(frame, found, loader, code=kind)
         if est is None:
-            checks.append(_check(f"{title}, {label}", claim, blog.NOT_CHECKABLE,
+            checks.append(_check(f"{title}, {label}", claim, Verdict.NOT_CHECKABLE,
                                  f"No CPU cell of {label} with {loader_name(loader)}"))
             continue
         verdict, why = blog.verdict_in_interval(REF["speedup"], est)
@@ -371,7 +396,7 @@ def _speedups(inputs: Inputs, note: str) -> list[dict]:
                    f"{hardware(summary, found.cpu_env, 'cpu')}); {title} is {why} (the rule: "
                    "confirmed when the interval holds the blog's figure)")
         if note:
-            verdict, numbers = blog.NOT_CHECKABLE, f"{numbers}; {note}"
+            verdict, numbers = Verdict.NOT_CHECKABLE, f"{numbers}; {note}"
         scope = "" if found.one_machine else f", {comparison.ACROSS_MACHINES}"
         checks.append(_check(f"{title}, {label}", claim, verdict, numbers,
                              short=f"{title} with {label}: {num(est.value, 3, '×')} here{scope}",
@@ -387,7 +412,7 @@ def blog_label(kind: str) -> str:
     return study.CODE_LABELS[kind]
 
 
-def _epochs(inputs: Inputs, note: str) -> list[dict]:
+def _epochs(inputs: Inputs, note: str) -> list[Check]:
     checks, cells = [], inputs.cells
     for device, key, column, marker in (("cpu", "cpu_epoch_s", "cpu_model", "12700K"),
                                         ("cuda", "gpu_epoch_s", "gpu_name", "4090")):
@@ -402,7 +427,7 @@ def _epochs(inputs: Inputs, note: str) -> list[dict]:
             here = ", ".join(distinct(cells[cells["device"] == device], column)) \
                 if column in cells.columns else ""
             checks.append(_check(
-                title, claim, blog.NOT_CHECKABLE,
+                title, claim, Verdict.NOT_CHECKABLE,
                 f"No cell ran the blog's code as written on the {name}"
                 + (f" (here: {here}): another machine's epoch says nothing about it" if here
                    else "")))
@@ -412,7 +437,7 @@ def _epochs(inputs: Inputs, note: str) -> list[dict]:
                    f"{seconds(est.value)} ({interval(est, 's')}); {as_printed(REF[key], 's')} "
                    f"is {why}")
         if note:
-            verdict, numbers = blog.NOT_CHECKABLE, f"{numbers}; {note}"
+            verdict, numbers = Verdict.NOT_CHECKABLE, f"{numbers}; {note}"
         checks.append(_check(title, claim, verdict, numbers,
                              short=f"its {device_name(device)} epoch: "
                                    f"{seconds(est.value)} here on the same model", rank=5))
@@ -427,7 +452,7 @@ def _blog_phases(inputs: Inputs, device: str):
     return (phases(cells) if not cells.empty else None), source
 
 
-def _unexplained(inputs: Inputs) -> dict:
+def _unexplained(inputs: Inputs) -> Check:
     unexplained, epoch = blog.unexplained_s("cpu"), REF["cpu_epoch_s"]
     numbers = (f"{as_printed(epoch, 's')} − {as_printed(REF['cpu_data_s'], 's')} − "
                f"{as_printed(REF['cpu_backward_s'], 's')} leaves {num(unexplained, 3, 's')} "
@@ -449,7 +474,7 @@ def _unexplained(inputs: Inputs) -> dict:
     return _check(
         "What the CPU epoch's phases leave unexplained",
         f"Data loading and backprop account for the {as_printed(epoch, 's')} CPU epoch.",
-        blog.CONTRADICTED, numbers,
+        Verdict.CONTRADICTED, numbers,
         short=f"its phases leave {num(unexplained, 3, 's')} of its CPU epoch unexplained",
         rank=9)
 
@@ -465,7 +490,7 @@ PHASE_WORDS = {"data": "data loading", "forward": "the forward pass",
                "backward": "the backward pass", "optimizer": "the optimizer step"}
 
 
-def _bottleneck(inputs: Inputs) -> dict:
+def _bottleneck(inputs: Inputs) -> Check:
     measured, parts = [], []
     for device in ("cpu", "cuda"):
         p, source = _blog_phases(inputs, device)
@@ -485,7 +510,7 @@ def _bottleneck(inputs: Inputs) -> dict:
         short="data loading is not the bottleneck of the blog's code", rank=10)
 
 
-def _backprop_advantage(inputs: Inputs) -> dict:
+def _backprop_advantage(inputs: Inputs) -> Check:
     claim = ("The GPU's advantage is largest in backpropagation "
              f"({as_printed(REF['backward_speedup'], '×')}).")
     cpu_cells, cpu_source = blog_code(inputs, "cpu")
@@ -493,7 +518,7 @@ def _backprop_advantage(inputs: Inputs) -> dict:
     title = "The GPU's advantage is largest in backprop"
     cpu, gpu = phases(cpu_cells), phases(gpu_cells)
     if cpu is None or gpu is None:
-        return _check(title, claim, blog.NOT_CHECKABLE,
+        return _check(title, claim, Verdict.NOT_CHECKABLE,
                       "Needs the blog's code on a CPU and a GPU; "
                       + (gpu_source if gpu is None else cpu_source))
     one = set(cpu_cells["env"]) == set(gpu_cells["env"])
@@ -501,7 +526,7 @@ def _backprop_advantage(inputs: Inputs) -> dict:
              f"{gpu_source} against {cpu_source}")
     ratios = {p: cpu[p] / gpu[p] for p in PHASE_WORDS if gpu[p] > 0}
     top = max(ratios, key=ratios.__getitem__)
-    return _check(title, claim, blog.CONFIRMED if top == "backward" else blog.CONTRADICTED,
+    return _check(title, claim, Verdict.holds(top == "backward"),
                   f"Here ({where}), per phase, the CPU's time over the GPU's: " + "; ".join(
                       f"{PHASE_WORDS[p]} {num(r, 3, '×')}" for p, r in ratios.items())
                   + " (the rule: confirmed when backprop has the largest ratio)",
@@ -510,17 +535,17 @@ def _backprop_advantage(inputs: Inputs) -> dict:
 
 # ---------------------------------------------------------------------------- resources
 
-def _cpu_use(inputs: Inputs) -> dict:
+def _cpu_use(inputs: Inputs) -> Check:
     cells, source = blog_code(inputs, "cpu")
     claim = "On the CPU, single-core use is close to 100 %: no effective parallel computation."
     use = median(col(cells, "cpu_pct_mean"))
     cores = median(col(cells, "cpu_cores_logical"))
     verdict = blog.verdict_single_core(use, int(cores) if cores else None)
     curve = threads.parallel(inputs)  # the threads experiment decides it where it ran
-    if curve is not None and curve[0] != blog.NOT_CHECKABLE:
+    if curve is not None and curve[0] != Verdict.NOT_CHECKABLE:
         gain_verdict, numbers, _ = curve
         short = ("the blog's code gains little from more threads here" if
-                 gain_verdict == blog.CONFIRMED else
+                 gain_verdict == Verdict.CONFIRMED else
                  "the blog's code trains faster on more threads here")
         return _check("Single core near 100 %", claim, gain_verdict,
                       f"Decided by the threads experiment: {numbers}", short=short, rank=6)
@@ -534,12 +559,12 @@ def _cpu_use(inputs: Inputs) -> dict:
                         f"of {count(cores)} cores busy here", rank=6)
 
 
-def _memory(inputs: Inputs) -> dict:
+def _memory(inputs: Inputs) -> Check:
     cells, source = blog_code(inputs, "cpu")
     claim = f"The CPU run takes about {as_printed(REF['memory_gb'], 'GB')} of memory."
     rss = median(col(cells, "peak_rss_mb"))
     if rss is None:
-        return _check("Memory about 3.2 GB", claim, blog.NOT_CHECKABLE, source)
+        return _check("Memory about 3.2 GB", claim, Verdict.NOT_CHECKABLE, source)
     gb = rss / MIB_PER_GB
     verdict = blog.verdict_relative(REF["memory_gb"], gb)
     return _check(
@@ -554,11 +579,11 @@ def _memory(inputs: Inputs) -> dict:
 
 
 def _gpu_resource(inputs: Inputs, *, title, claim, column, claimed, to_unit, unit,
-                  tolerance) -> dict:
+                  tolerance) -> Check:
     cells, source = blog_code(inputs, "cuda")
     value = median(col(cells, column))
     if value is None:
-        return _check(title, claim, blog.NOT_CHECKABLE,
+        return _check(title, claim, Verdict.NOT_CHECKABLE,
                       "Needs the blog's code on a GPU: " + source)
     measured = to_unit(value)
     return _check(title, claim, blog.verdict_relative(claimed, measured, tolerance),
@@ -572,7 +597,7 @@ def _peak(value) -> str:
     return "its peak not recorded" if value is None else f"{num(value, 3, '%')} peak"
 
 
-def _gpu_util(inputs: Inputs) -> dict:
+def _gpu_util(inputs: Inputs) -> Check:
     """GPU utilisation depends on the GPU (a larger GPU is busier for less of the time): like
     the epoch times, it is checked only on the blog's GPU model."""
     title = "GPU utilisation peaks at 98 %"
@@ -580,7 +605,7 @@ def _gpu_util(inputs: Inputs) -> dict:
     names = distinct(cells, "gpu_name")
     if names and not any("4090" in n for n in names):
         return _check(title, f"GPU utilisation peaks at {as_printed(REF['gpu_util_peak_pct'])} "
-                      "%.", blog.NOT_CHECKABLE,
+                      "%.", Verdict.NOT_CHECKABLE,
                       f"Measured here on another GPU ({', '.join(names)}; the rule: a figure "
                       f"that depends on the machine, like the epoch times, is checked only on "
                       f"the blog's {blog.BLOG['gpu']}): "
@@ -591,7 +616,7 @@ def _gpu_util(inputs: Inputs) -> dict:
                          to_unit=float, unit="%", tolerance=0.1)
 
 
-def _gpu_memory(inputs: Inputs) -> dict:
+def _gpu_memory(inputs: Inputs) -> Check:
     return _gpu_resource(inputs, title="GPU memory about 1.8 GB",
                          claim=f"The GPU run takes about {as_printed(REF['gpu_memory_gb'], 'GB')}"
                                " of GPU memory.", column="peak_cuda_mem_mb",
@@ -611,7 +636,7 @@ def _accuracy_cells(inputs: Inputs):
     return part, (code_label(part) if not part.empty else "no convergence cells")
 
 
-def _per_device(inputs: Inputs, note, *, title, column, keys, fmt, rank) -> dict:
+def _per_device(inputs: Inputs, note, *, title, column, keys, fmt, rank) -> Check:
     cells, label = _accuracy_cells(inputs)
     verdicts, parts = [], []
     for device, key in (("cpu", keys[0]), ("cuda", keys[1])):
@@ -622,7 +647,7 @@ def _per_device(inputs: Inputs, note, *, title, column, keys, fmt, rank) -> dict
         claimed = REF[key]
         if not values:
             parts.append(f"{device_name(device)} {fmt(claimed)}: not measured here")
-            verdicts.append(blog.NOT_CHECKABLE)
+            verdicts.append(Verdict.NOT_CHECKABLE)
             continue
         verdict, why = blog.verdict_within_spread(claimed, values)
         verdicts.append(verdict)
@@ -630,13 +655,13 @@ def _per_device(inputs: Inputs, note, *, title, column, keys, fmt, rank) -> dict
         parts.append(f"{device_name(device)} {fmt(claimed)} against {shown} here"
                      f"{_where(inputs, envs[0])}: {why}")
     verdict, numbers = _worst(verdicts), f"With {label}: " + "; ".join(parts)
-    if note and verdict != blog.NOT_CHECKABLE:
-        verdict, numbers = blog.NOT_CHECKABLE, f"{numbers}; {note}"
+    if note and verdict != Verdict.NOT_CHECKABLE:
+        verdict, numbers = Verdict.NOT_CHECKABLE, f"{numbers}; {note}"
     return _check(title, f"{title}: CPU {fmt(REF[keys[0]])}, GPU {fmt(REF[keys[1]])}.",
                   verdict, numbers, short=f"its {title.lower()}", rank=rank)
 
 
-def _accuracy_gap(inputs: Inputs, note) -> dict:
+def _accuracy_gap(inputs: Inputs, note) -> Check:
     cells, label = _accuracy_cells(inputs)
     gap = REF["accuracy_gap_points"]
     spread = seed_spread(cells)
@@ -659,15 +684,15 @@ def _accuracy_gap(inputs: Inputs, note) -> dict:
                   f"({points_interval(diff)})")
                + f": {why}. Its reasons (floating-point differences, random numbers) stand or "
                  "fall with the gap")
-    if note and verdict != blog.NOT_CHECKABLE:
-        verdict, numbers = blog.NOT_CHECKABLE, f"{numbers}; {note}"
+    if note and verdict != Verdict.NOT_CHECKABLE:
+        verdict, numbers = Verdict.NOT_CHECKABLE, f"{numbers}; {note}"
     return _check("The accuracy gap", f"The GPU is {as_printed(gap, 'points')} more accurate.",
                   verdict, numbers, short="its accuracy gap between the devices", rank=13)
 
 
 # ---------------------------------------------------------------------------- GPU advice
 
-def _batch_size(inputs: Inputs) -> dict:
+def _batch_size(inputs: Inputs) -> Check:
     claim = (f"A batch size too small cannot use the GPU's parallelism: train on a GPU from "
              f"batch {REF['gpu_from_batch']} up.")
     med = sweep_medians(ok(inputs.summary, "sweep"))
@@ -686,16 +711,16 @@ def _batch_size(inputs: Inputs) -> dict:
             grows = ratio[both[-1]] > ratio[both[0]]
             return _check(
                 "Small batches waste the GPU", claim,
-                blog.CONFIRMED if grows else blog.CONTRADICTED,
+                Verdict.holds(grows),
                 f"Here{_where(inputs, env)} (sweep, fp32, {loader_name(loader)}) the GPU's "
                 "throughput over the CPU's: " + "; ".join(
                     f"batch {count(b)} {num(r, 3, '×')}" for b, r in ratio.items()),
                 short="small batches waste the GPU", rank=14)
-    return _check("Small batches waste the GPU", claim, blog.NOT_CHECKABLE,
+    return _check("Small batches waste the GPU", claim, Verdict.NOT_CHECKABLE,
                   "Needs sweep cells on a CPU and a GPU at two batch sizes or more")
 
 
-def _fp16(inputs: Inputs) -> dict:
+def _fp16(inputs: Inputs) -> Check:
     claim = "Mixed precision (FP16) speeds the GPU up further."
     sweep = ok(inputs.summary, "sweep")
     gpu = sweep[sweep["device"] == "cuda"]
@@ -714,11 +739,11 @@ def _fp16(inputs: Inputs) -> dict:
                       "throughput (the rule: confirmed when the interval lies above 1, "
                       "contradicted below, not distinguishable when it holds 1)",
                       short=f"FP16 on the GPU: {num(est.value, 3, '×')}", rank=14)
-    return _check("FP16 speeds the GPU up", claim, blog.NOT_CHECKABLE,
+    return _check("FP16 speeds the GPU up", claim, Verdict.NOT_CHECKABLE,
                   "Needs fp32 and fp16 sweep cells on a GPU at batch 128")
 
 
-def _gpu_tips(inputs: Inputs) -> dict:
+def _gpu_tips(inputs: Inputs) -> Check:
     from mnistbench.report.sections import tips as tips_section
 
     claim = ("To use the GPU well: the largest batch that fits, pin_memory=True with 4 "
@@ -735,11 +760,11 @@ def _gpu_tips(inputs: Inputs) -> dict:
     gpu = per_device.get("cuda", [])
     cpu = "; ".join(f"{t} {s} ({v})" for t, v, s in per_device.get("cpu", []))
     if not gpu:
-        return _check("The blog's GPU tips", claim, blog.NOT_CHECKABLE,
+        return _check("The blog's GPU tips", claim, Verdict.NOT_CHECKABLE,
                       "No tips cell ran on a GPU" + (f"; on the CPU (where the blog does not "
                                                      f"give them): {cpu}" if cpu else ""))
-    verdicts = [blog.CONTRADICTED if v in (blog.SLOWER, blog.COSTS_ACCURACY) else
-                blog.CONFIRMED if v == blog.PAYS_OFF else blog.NOT_DISTINGUISHABLE
+    verdicts = [Verdict.CONTRADICTED if v in (blog.SLOWER, blog.COSTS_ACCURACY) else
+                Verdict.CONFIRMED if v == blog.PAYS_OFF else Verdict.NOT_DISTINGUISHABLE
                 for _, v, _ in gpu]
     verdict = _most(verdicts)
     paying = [t for t, v, _ in gpu if v == blog.PAYS_OFF]
@@ -753,12 +778,12 @@ def _gpu_tips(inputs: Inputs) -> dict:
                   short=f"of its GPU tips, {', '.join(paying) or 'none'} pay off", rank=15)
 
 
-def _most(verdicts) -> str:
+def _most(verdicts: list[Verdict]) -> Verdict:
     """The verdict most of ``verdicts`` share; a tie is not distinguishable."""
     counts = {v: verdicts.count(v) for v in set(verdicts)}
     top = max(counts.values())
     winners = [v for v, n in counts.items() if n == top]
-    return winners[0] if len(winners) == 1 else blog.NOT_DISTINGUISHABLE
+    return winners[0] if len(winners) == 1 else Verdict.NOT_DISTINGUISHABLE
 
 
 # ---------------------------------------------------------------------------- untested
@@ -776,10 +801,10 @@ UNTESTABLE = (
 )
 
 
-def checks(inputs: Inputs) -> list[dict]:
+def checks(inputs: Inputs) -> list[Check]:
     """Every claim of the blog, checked, in the order of its post."""
     note = blog.subset(inputs.cells) or ""
-    untested = [_check(t, c, blog.NOT_CHECKABLE, why) for t, c, why in UNTESTABLE]
+    untested = [_check(t, c, Verdict.NOT_CHECKABLE, why) for t, c, why in UNTESTABLE]
     return [
         _title(inputs), _model(), *_speedups(inputs, note), *_epochs(inputs, note),
         _own_arithmetic(), _unexplained(inputs), _bottleneck(inputs),
@@ -798,13 +823,13 @@ def checks(inputs: Inputs) -> list[dict]:
     ]
 
 
-def tally(found: list[dict]) -> dict[str, int]:
+def tally(found: list[Check]) -> dict[Verdict, int]:
     """How many checks end in each verdict."""
-    return {v: sum(c["verdict"] == v for c in found) for v in blog.VERDICTS}
+    return {v: sum(c.verdict == v for c in found) for v in Verdict}
 
 
-def strongest(found: list[dict], n: int = 3) -> list[dict]:
+def strongest(found: list[Check], n: int = 3) -> list[Check]:
     """The ``n`` decided checks with the strongest findings (lowest rank)."""
-    decided = [c for c in found if c["verdict"] in (blog.CONFIRMED, blog.CONTRADICTED)
-               and c["short"]]
-    return sorted(decided, key=lambda c: c["rank"])[:n]
+    decided = [c for c in found if c.verdict in (Verdict.CONFIRMED, Verdict.CONTRADICTED)
+               and c.short]
+    return sorted(decided, key=lambda c: c.rank)[:n]

@@ -97,7 +97,7 @@ def _phase(inputs: Inputs, cells, env) -> str | None:
                 return (f"With {label}{_on(inputs, env)} the GPU saves no time per epoch "
                         f"({seconds(cpu['epoch'])} on the CPU, {seconds(gpu['epoch'])} on "
                         "the GPU)")
-            phase = max(saved, key=saved.get)
+            phase = max(saved, key=saved.__getitem__)
             name = PHASE_NAMES[phase]
             return (f"{name[0].upper()}{name[1:]} explains most of it: {seconds(cpu[phase])} "
                     f"per epoch on the CPU against {seconds(gpu[phase])} on the GPU ({label}"

@@ -40,7 +40,7 @@ def _rows(curve: list[dict]) -> list[dict]:
     return rows
 
 
-def parallel(inputs: Inputs) -> tuple[str, str, str] | None:
+def parallel(inputs: Inputs) -> tuple[blog.Verdict, str, str] | None:
     """(verdict, numbers, env) of the blog's "no effective parallel computing" from the
     blog's code's rate at every core over one thread in the first environment with both;
     None without such cells."""

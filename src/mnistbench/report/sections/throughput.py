@@ -12,7 +12,7 @@ from mnistbench.results import stats
 
 def _best_rows(summary) -> list[dict]:
     med = sweep_medians(summary)
-    rows = []
+    rows: list[dict] = []
     if med.empty:
         return rows
     for (env, device), group in med.groupby(["env", "device"], sort=True):

@@ -185,11 +185,8 @@ def context(inputs: Inputs) -> dict:
                          f"({ref['cpu']}), {ref['gpu_epoch_s']:g} s on its GPU "
                          f"({ref['gpu']})."),
         "verdict_tally": (f"The blog's {len(found)} claims, checked here: "
-                          f"{tally[blog.CONFIRMED]} confirmed, "
-                          f"{tally[blog.CONTRADICTED]} contradicted, "
-                          f"{tally[blog.NOT_DISTINGUISHABLE]} not distinguishable, "
-                          f"{tally[blog.NOT_CHECKABLE]} not checkable. The strongest:"),
-        "verdict_strongest": [f"{c['verdict']}: {c['short']}"
-                              for c in claims.strongest(found)],
+                          + ", ".join(f"{n} {word}" for word, n in tally.items())
+                          + ". The strongest:"),
+        "verdict_strongest": [f"{c.verdict}: {c.short}" for c in claims.strongest(found)],
     }
     return out
