@@ -92,8 +92,14 @@ def test_the_gpu_rows_are_medians_over_every_run(inputs):
     assert f"{num(median(best_runs), 3, 's')} ({num(best_runs[0], 3)}-" \
            f"{num(best_runs[-1], 3)} s, {len(best_runs)} runs)" in row
     row = _row(README, "**the GPU speed-up, across machines**")
+    from mnistbench.report import comparison
+
     for kind in ("blog", "best"):
-        ratio = (_med(inputs, "vm-local", "cpu", kind, "epoch_s_median")
+        # the CPU the report's comparison across machines divides by (the most cells)
+        found = next(p for p in comparison.pairs(inputs.summary, inputs.cells, code=kind)
+                     if p.gpu_env == env)
+        assert row.startswith(f"| the H200 against {found.cpu_env}'s CPU |"), row
+        ratio = (_med(inputs, found.cpu_env, "cpu", kind, "epoch_s_median")
                  / _med(inputs, env, "cuda", kind, "epoch_s_median"))
         assert f"{num(ratio, 3)}x with " in row, (kind, ratio)
     share = _med(inputs, env, "cuda", "best", "limit_share_pct")
@@ -133,3 +139,38 @@ def test_the_gpu_docs_batch_4096_rates_and_tips_are_medians_over_every_run(input
                        ("pin_memory", "pinned memory"), ("cudnn.benchmark", "cudnn.benchmark"),
                        ("amp-bf16", "AMP bf16")):
         assert f"{words} {speed[tip]}x" in text, (tip, speed[tip])
+
+
+def _x(value: float) -> str:
+    """A ratio as the README writes it: 3 significant digits and x."""
+    return f"{num(value, 3)}x"
+
+
+def test_the_first_rows_are_the_one_machine_answer(inputs):
+    """The README's table opens with the answer measured on one machine (issue 38): best
+    over blog with its interval and n, each code's rate and its agreement with the steady
+    epochs, the threads curve's 2-over-1 speed-ups, from report/data."""
+    from mnistbench.core import study
+    from mnistbench.report import selections as sel
+
+    env, why = sel.one_machine_env(inputs.summary)
+    found = sel.one_machine(inputs.summary, env, why)
+    est = found.best_over_blog["cpu"]
+    assert est is not None and est.n == 6
+    row = _row(README, "**the answer on one machine**")
+    assert row.startswith(f"| {env}: ")
+    assert (f"**{_x(est.value)} (90 % CI {num(est.low, 3)}-{num(est.high, 3)}x, "
+            f"{est.n} runs a side)**") in row, row
+    cells = sel.short_cells(inputs.summary, study.HEADLINE_EXPERIMENT)
+    for code, words in (("blog", "the blog's code"), ("best", "this project's best")):
+        rate = median(col(cells[(cells["env"] == env) & (cells[CODE] == code)], sel.RATE))
+        agree = sel.steady_agreement(inputs.summary, inputs.epochs, env, "cpu", code)
+        assert agree is not None
+        assert f"{words} {num(rate, 3)} samples/s ({'+' if agree[2] >= 0 else ''}" \
+               f"{num(agree[2] * 100, 2)} % against its steady epochs)" in row, (code, row)
+    row = _row(README, "**2 threads over 1**")
+    for code, words in (("blog", "the blog's code"), ("best", "this project's best")):
+        curve = sel.threads_curve(inputs.summary, env, code)
+        two = next(r for r in curve if r["threads"] == 2)["speedup"]
+        assert (f"{words} {_x(two.value)} (range of {two.n} runs a side: "
+                f"{num(two.low, 3)}-{num(two.high, 3)}x)") in row, (code, row)
