@@ -11,8 +11,9 @@ loading, the job's own start and the machine lock). Standard library only: the w
 imports this module when it builds the DAG and its watcher runs inside the Snakemake process.
 
 Where the numbers come from, in order:
-- the prior: :data:`DEFAULT_EFFICIENCY` and :data:`DEFAULT_OVERHEAD_S`, rough values from a
-  quick study on a 2-core AVX-512 EPYC while other work ran there (disturbed); without a
+- the prior: :data:`DEFAULT_EFFICIENCY` and :data:`DEFAULT_OVERHEAD_S`, rounded (towards the
+  slower) from the fit to the default study's 108 cells on a 2-core AVX-512 EPYC
+  (2026-12-07: the DataLoader cells 4.7 s + 37 %, the resident ones 2.2 s + 66 %); without a
   measured limit yet, :data:`DEFAULT_PEAK_GFLOPS` per core (CPU) or per device;
 - this machine's earlier results: every ``ok`` summary.json of the study's environments under
   ``results/runs`` refits the prior (:func:`fit`) before the study starts;
@@ -46,12 +47,12 @@ from mnistbench.core import network, options, schema, study
 #: Share of the measured limit (the peak step's best GFLOP/s at the cell's precision) a cell's
 #: whole wall time reaches, by code (its loader, mnistbench.core.devices.LOADERS), when
 #: nothing better is known.
-DEFAULT_EFFICIENCY = {"dataloader": 0.2, "resident": 0.5}
+DEFAULT_EFFICIENCY = {"dataloader": 0.33, "resident": 0.6}
 OTHER_EFFICIENCY = 0.1  # a loader not listed above
 CODE_LABELS = {"dataloader": "DataLoader", "resident": "resident data"}
 #: s every cell costs besides its FLOPs, by code: the job's start, the lock, the process, data
 #: loading (torchvision's pipeline and its workers cost the DataLoader cells more).
-DEFAULT_OVERHEAD_S = {"dataloader": 12.0, "resident": 5.0}
+DEFAULT_OVERHEAD_S = {"dataloader": 6.0, "resident": 3.0}
 OTHER_OVERHEAD_S = 8.0
 #: GFLOP/s assumed before the peak step has measured the device: per core on a CPU, per
 #: device otherwise. Only `mnistbench estimate` on a fresh folder uses them; a study prints its
