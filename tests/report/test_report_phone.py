@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from mnistbench.report import blog
 from mnistbench.report import render as report
 from tests.report.test_report_studies import ROOT, visible
@@ -85,6 +87,7 @@ def test_the_why_chart_draws_at_most_eight_lines():
     assert set(kept["device"]) == {"cpu", "cuda"}
 
 
+@pytest.mark.slow
 def test_every_chart_of_the_published_data_draws_at_most_eight_series():
     """No chart of report/data holds more than plots.MAX_SERIES labelled lines in a panel or
     entries in a legend: a phone reader tells 8 colours apart, not 20 (issue 42, item 8)."""

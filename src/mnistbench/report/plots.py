@@ -486,12 +486,30 @@ def _looks(rows) -> tuple[dict[str, Look], list[Line2D]]:
     return looks, handles
 
 
+def one_env_per_hardware(rows, summary, keys: list[str]):
+    """``rows`` (epochs or resource samples), where they draw more than :data:`MAX_SERIES`
+    series (``keys``), of one environment per hardware only: of environments whose cells ran
+    the same hardware (a machine locally, in a container, as SLURM jobs) the one with the most
+    cells; all of them otherwise, or without ``summary``'s hardware column."""
+    if (summary is None or "hardware" not in summary.columns
+            or len(rows.drop_duplicates(keys)) <= MAX_SERIES):
+        return rows
+    counts = summary["env"].value_counts()
+    machines = summary.dropna(subset=["hardware"]).groupby("env")["hardware"].agg(
+        lambda h: tuple(sorted(set(h))))
+    kept: dict[tuple, str] = {}
+    for env in sorted(set(rows["env"]), key=lambda e: (-int(counts.get(e, 0)), e)):
+        kept.setdefault(machines.get(env, (env,)), env)
+    return rows[rows["env"].isin(set(kept.values()))]
+
+
 def convergence(epochs, summary=None) -> bytes | None:
     """Test loss and test accuracy per epoch of the ok convergence runs (all runs without
     ``summary``), per (env,) device and loader: median over repeats, band = min-max. With a
     single epoch, points with min-max error bars (a line through one point says nothing)."""
     rows = _ok_rows(epochs[epochs["experiment"] == "convergence"], summary).dropna(
         subset=["epoch", "test_loss", "test_acc"])
+    rows = one_env_per_hardware(rows, summary, ["env", "device", "precision", "loader"])
     if rows.empty:
         return None
     multi = rows["env"].nunique() > 1
@@ -591,6 +609,7 @@ def resources(res, summary=None) -> bytes | None:
     the legend) of each ok convergence run (all runs without ``summary``), one column per
     device; each series trimmed by :func:`trim_series`."""
     rows = _ok_rows(res[res["experiment"] == "convergence"], summary).dropna(subset=["t_s"])
+    rows = one_env_per_hardware(rows, summary, ["env", "device", "precision", "loader"])
     if rows.empty:
         return None
     first = rows.groupby(["env", "device", "loader"])["repeat"].transform("min")

@@ -104,15 +104,16 @@ def _across_machines(inputs: Inputs, cells, gpu_env: str) -> tuple[str, list[str
             f"in {gpu_env} against {against}).", cpu_envs)
 
 
-def _machine(summary, env: str, multi_env: bool) -> str:
-    """"env: CPU model, N cores, M threads" (the env's name only in a study of several)."""
+def _machine(summary, env: str, multi_env: bool, threads: bool = True) -> str:
+    """"env: CPU model, N cores, M threads" (the env's name only in a study of several; the
+    threads only with ``threads``)."""
     here = summary[summary["env"] == env]
     machine = ", ".join(distinct(here, "cpu_model")) or "CPU model not recorded"
     cores = distinct(here, "cpu_cores_physical")
-    threads = distinct(here, "cpu_cores_logical")
+    counts = distinct(here, "cpu_cores_logical")
     return (f"{env + ': ' if multi_env else ''}{machine}"
             + (f", {plural('/'.join(cores), 'core')}" if cores else "")
-            + (f", {plural('/'.join(threads), 'thread')}" if threads else ""))
+            + (f", {plural('/'.join(counts), 'thread')}" if counts and threads else ""))
 
 
 def _epochs(cells, env, devices=("cpu", "cuda")) -> list[str]:
@@ -156,10 +157,11 @@ def context(inputs: Inputs) -> dict:
     here = set(cells.loc[cells["env"] == env, "device"])
     cpu_envs = [] if "cpu" in here else _across_machines(inputs, cells, env)[1]
     if cpu_envs:  # the two machines the speed-up divides, each with its cores
-        cpus = " and ".join(f"{e} ({_machine(inputs.summary, e, False)})" for e in cpu_envs)
-        machine = (f"Across machines, {settings}: the GPU of {env} (its host "
-                   f"{_machine(inputs.summary, env, False)}, whose CPU ran no cell here) and "
-                   f"the CPU of {cpus}:")
+        cpus = ", ".join(f"CPU of {e} ({_machine(inputs.summary, e, False, False)})"
+                         for e in cpu_envs)
+        machine = (f"{settings[:1].upper()}{settings[1:]}, across machines: GPU of {env} (host "
+                   f"{_machine(inputs.summary, env, False, False)}; its CPU ran nothing), "
+                   f"{cpus}:")
         epochs = _epochs(cells, env, ("cuda",)) + [
             line.replace("CPU, ", f"CPU ({e}), " if len(cpu_envs) > 1 else "CPU, ", 1)
             for e in cpu_envs for line in _epochs(cells, e, ("cpu",))]
@@ -189,4 +191,7 @@ def context(inputs: Inputs) -> dict:
                           + ". The strongest:"),
         "verdict_strongest": [f"{c.verdict}: {c.short}" for c in claims.strongest(found)],
     }
+    # The strongest claims, as many as the box holds (at least one).
+    while word_count(out) > MAX_WORDS and len(out["verdict_strongest"]) > 1:
+        out["verdict_strongest"].pop()
     return out
