@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from mnistbench.core.devices import Loader
 from mnistbench.data import mnist as data
 
 #: MNIST normalisation of the classic pipeline (torchvision's Normalize((0.1307,), (0.3081,))).
@@ -113,8 +114,8 @@ class Loaders:
 
 def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Loaders:
     """Read the verified IDX files and build both loaders of ``cfg.loader`` (``cfg``: a
-    :class:`mnistbench.measure.train.TrainConfig`: data, loader, batch sizes, limits, workers,
-    pin_memory)."""
+    :class:`mnistbench.measure.cellconfig.TrainConfig`: data, loader, batch sizes, limits,
+    workers, pin_memory)."""
     # Our reader first, for both loaders: it checks the files' format with errors that name
     # the file and the fix, and gives the split sizes.
     train_x, train_y = data.load_split(cfg.data, "train")
@@ -126,7 +127,7 @@ def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Lo
     splits = {"train": (train_x, train_y), "test": (test_x, test_y)}
     limits = {"train": cfg.train_limit, "test": cfg.test_limit}
 
-    if cfg.loader == "resident":
+    if cfg.loader == Loader.RESIDENT:
         tensors = {
             name: (normalised_tensor(x, device), torch.from_numpy(y.astype(np.int64)).to(device))
             for name, (x, y) in splits.items()
