@@ -46,7 +46,8 @@ class _RecordingTrainer:
 ])
 def test_warmup_shapes_match_mnistbench_train(tmp_path, train_size, test_size, warmup,
                                               max_steps, eval_bs):
-    """The baseline warms up the same batch shapes as measure.warmup.warm_up for the same settings."""
+    """The baseline warms up the same batch shapes as measure.warmup.warm_up for the same
+    settings."""
     cfg = TrainConfig(out=tmp_path, batch_size=128, warmup_steps=warmup,
                       max_steps=max_steps, eval_batch_size=eval_bs)
     feed = loaders.Loaders(train=None, test=None, train_size=train_size, test_size=test_size,

@@ -106,10 +106,6 @@ def test_missing_data_fails_with_the_fix(tmp_path) -> None:
     assert "mnistbench fetch" in summary["reason"]
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--device", "cpu", "--precision", "fp16"], "allowed on cpu: fp32, bf16"),
-    (["--device", "cpu", "--precision", "tf32"], "allowed on cpu: fp32, bf16"),
-])
 def test_set_up_refuses_a_usage_error_with_its_exit_code(tmp_path, capsys) -> None:
     """set_up raises CellRefused, carrying exit code 2 and the reason, before it creates
     anything; run_cell turns it into that exit code and one error line, writing nothing."""
@@ -142,6 +138,10 @@ def test_an_allocator_that_cannot_be_had_is_refused_up_front(tmp_path, capsys,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cpu", "--precision", "fp16"], "allowed on cpu: fp32, bf16"),
+    (["--device", "cpu", "--precision", "tf32"], "allowed on cpu: fp32, bf16"),
+])
 def test_unsupported_combination_is_rejected_up_front(tmp_path, tiny_mnist, capsys, args,
                                                       message) -> None:
     """fp16/tf32 on CPU exit 2 with the allowed values and write nothing."""
