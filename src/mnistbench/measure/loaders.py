@@ -20,7 +20,9 @@ evaluation slices it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -105,11 +107,14 @@ class Loaders:
     """The training and test loaders of a cell, and a way to get warm-up batches from them
     without touching the shuffling generator."""
 
-    train: object
-    test: object
+    #: A ResidentLoader, or the DataLoader's batches moved to the device (_DeviceLoader);
+    #: a whole-step capture cell's is always a ResidentLoader (its epoch_order, its tensors).
+    train: Any
+    test: Any
     train_size: int
     test_size: int
-    sample_batch: object  # (split, size) -> (x, y) on the device, not shuffled
+    #: (split, size) -> (x, y) on the device, not shuffled.
+    sample_batch: Callable[[str, int], tuple[torch.Tensor, torch.Tensor]]
 
 
 def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Loaders:
