@@ -77,11 +77,6 @@ LONG_FILES: dict[str, str] = {
                                       "separate the styles from their only users",
     "src/mnistbench/report/sections/claims.py": "the blog's claims, each beside its rule and "
                                                 "its check: one table read top to bottom",
-    "src/mnistbench/measure/train.py": "one timed cell from its flags to its summary; issue "
-                                       "40 splits it by job (configuration, limits, warm-up, "
-                                       "the epoch loop, outputs)",
-    "tests/measure/test_train.py": "the tests of measure/train.py, which issue 40 splits; "
-                                   "they follow its modules then",
     "tests/workflow/test_workflow.py": "the real Snakemake runs of one tiny study share its "
                                        "fixtures (a study run once per session, read by every "
                                        "test); split, each file would run its own study",

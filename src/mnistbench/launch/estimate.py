@@ -42,16 +42,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mnistbench.core import network, options, schema, study
+from mnistbench.core.devices import Loader
 
 #: Share of the measured limit (the peak step's best GFLOP/s at the cell's precision) a cell's
-#: whole wall time reaches, by code (its loader, mnistbench.core.devices.LOADERS), when
+#: whole wall time reaches, by code (its loader, mnistbench.core.devices.Loader), when
 #: nothing better is known.
-DEFAULT_EFFICIENCY = {"dataloader": 0.2, "resident": 0.5}
+DEFAULT_EFFICIENCY: dict[str, float] = {Loader.DATALOADER: 0.2, Loader.RESIDENT: 0.5}
 OTHER_EFFICIENCY = 0.1  # a loader not listed above
-CODE_LABELS = {"dataloader": "DataLoader", "resident": "resident data"}
+CODE_LABELS: dict[str, str] = {Loader.DATALOADER: "DataLoader", Loader.RESIDENT: "resident data"}
 #: s every cell costs besides its FLOPs, by code: the job's start, the lock, the process, data
 #: loading (torchvision's pipeline and its workers cost the DataLoader cells more).
-DEFAULT_OVERHEAD_S = {"dataloader": 12.0, "resident": 5.0}
+DEFAULT_OVERHEAD_S: dict[str, float] = {Loader.DATALOADER: 12.0, Loader.RESIDENT: 5.0}
 OTHER_OVERHEAD_S = 8.0
 #: GFLOP/s assumed before the peak step has measured the device: per core on a CPU, per
 #: device otherwise. Only `mnistbench estimate` on a fresh folder uses them; a study prints its
