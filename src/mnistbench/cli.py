@@ -41,6 +41,7 @@ from mnistbench.core.options import (
 )
 from mnistbench.core.study import StudyError
 from mnistbench.launch import estimate  # `mnistbench estimate`: its parser and command
+from mnistbench.launch import timedjob  # `mnistbench run-cell`, `run-peak`: the timed jobs
 
 
 class CliError(Exception):
@@ -767,6 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
                 _add_cost_model, _add_docker, _add_completion):
         add(sub)
     estimate.add_command(sub)
+    timedjob.add_commands(sub)
     return use_defaults_help(parser)
 
 
