@@ -133,12 +133,11 @@ def test_the_wait_for_the_lock_is_said_once_and_a_failed_wait_is_false(tmp_path)
 
 
 def test_a_command_past_its_time_is_stopped_as_124(tmp_path):
-    started = time.monotonic()
+    """Stopped (SIGTERM) at its limit: 124, where it would have ended 0 after 60 s."""
     with open(tmp_path / "job.log", "wb") as log:
         status = timedjob.run_command([sys.executable, "-c", "import time; time.sleep(60)"],
                                       log, dict(os.environ), timeout=1.0)
     assert status == timedjob.TIMED_OUT == 124
-    assert time.monotonic() - started < 30
 
 
 def test_a_command_that_cannot_start_is_127_with_the_reason_in_the_log(tmp_path):
