@@ -40,8 +40,7 @@ from mnistbench.core.options import (
     use_defaults_help,
 )
 from mnistbench.core.study import StudyError
-from mnistbench.launch import estimate  # `mnistbench estimate`: its parser and command
-from mnistbench.launch import timedjob  # `mnistbench run-cell`, `run-peak`: the timed jobs
+from mnistbench.launch import estimate, timedjob  # the estimate, run-cell, run-peak commands
 
 
 class CliError(Exception):

@@ -42,7 +42,9 @@ with open(os.environ["FAKE_REPORT"], "w") as handle:
     json.dump({"argv": sys.argv[1:], "env": dict(os.environ), "held": held}, handle)
 print("the command's own output", flush=True)
 if os.environ.get("FAKE_WRITE"):
-    with open(sys.argv[sys.argv.index("--out") + 1], "w") as handle:
+    out = sys.argv[sys.argv.index("--out") + 1]
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as handle:
         handle.write(os.environ["FAKE_WRITE"])
 time.sleep(float(os.environ.get("FAKE_SLEEP", "0")))
 code = int(os.environ.get("FAKE_EXIT", "0"))
