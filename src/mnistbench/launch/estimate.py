@@ -61,8 +61,8 @@ DEFAULT_PEAK_GFLOPS = {"cpu": 40.0, "cuda": 20000.0, "xpu": 10000.0, "mps": 3000
 PER_CORE = ("cpu",)
 #: s of a peak job (a few seconds of matmuls), and of the jobs after the cells.
 PEAK_JOB_S = 15.0
-#: s a job spends before its cell's process starts (Snakemake, `mnistbench lock-file`, the
-#: flock): added to an earlier cell's recorded process span.
+#: s a job spends before its cell's process starts (Snakemake, `mnistbench run-cell`, the
+#: lock): added to an earlier cell's recorded process span.
 DEFAULT_JOB_START_S = 1.0
 TAIL_S = 30.0
 SPREAD_DEFAULT = 2.0
