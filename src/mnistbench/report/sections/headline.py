@@ -20,7 +20,7 @@ from mnistbench.report.selections import (
     BUSY_SHARE_PCT,
     CODE,
     CODE_LEGEND,
-    DEVICES,
+    COMPARED_DEVICES,
     RUN,
     Inputs,
     absent_reason,
@@ -49,7 +49,7 @@ def _rows(summary, cells) -> list[dict]:
         for device in devices(summary):
             group = cells[(cells["env"] == env) & (cells["device"] == device)]
             if group.empty:
-                if device in DEVICES:
+                if device in COMPARED_DEVICES:
                     rows.append({"env": env, "device": device,
                                  "hardware": hardware(summary, env, device), "loader": "–",
                                  "code": "–", "n": "0", "busy": "",
