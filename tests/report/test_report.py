@@ -20,6 +20,7 @@ from mnistbench import cli, publish
 from mnistbench.report import charts, selections
 from mnistbench.report import render as report
 from mnistbench.results import aggregate, cost
+from tests.report.test_report_phone import MAX_PAGE_BYTES
 from tests.report.test_report_studies import (
     OPTIONAL_SECTIONS,
     PARTIALS,
@@ -39,6 +40,14 @@ def test_report_is_one_self_contained_file(full_charts):
     assert html.count('<img src="data:image/png;base64,') == len(charts.CHARTS)
     assert not re.search(r'(src|href)="(https?:)?//', html)
     assert "url(" not in html
+
+
+def test_a_study_with_every_chart_weighs_under_the_limit(full_charts):
+    """The fake full study with all its charts weighs under 1.5 MB, as the published page
+    must (test_report_phone.py): about 0.85 MB, the charts' PNGs in 256 colours; in full
+    colour 1.9 MB."""
+    size = len(full_charts["html"].encode())
+    assert size < MAX_PAGE_BYTES, size
 
 
 def test_charts_are_shown_at_half_their_pixels_for_hidpi_screens(full_charts):

@@ -64,7 +64,8 @@ def test_links_to_the_data_the_manifest_and_the_blog_and_an_add_your_machine_box
 def test_the_published_data_renders_under_its_weight_limit(tmp_path):
     """report/data, rendered with its charts, weighs under 1.5 MB (the committed page was 3.4
     MB, 95 % base64 PNG). Slow (the published study's charts: about 10 s); the fast loop holds
-    the weight with the next two tests."""
+    the weight with the next test and test_report.py's
+    test_a_study_with_every_chart_weighs_under_the_limit."""
     data = ROOT / "report" / "data"
     out = report.render_report(data, tmp_path / "index.html",
                                cost_model_path=data / "cost_model.json")
@@ -79,13 +80,6 @@ def test_the_published_page_weighs_under_its_limit():
     if not page.is_file():
         pytest.skip("report/ is not published yet (docs/publish.md)")
     assert page.stat().st_size < MAX_PAGE_BYTES, page.stat().st_size
-
-
-def test_a_study_with_every_chart_weighs_under_the_limit(full_charts):
-    """The fake full study with all its charts weighs under 1.5 MB too (about 0.85 MB: the
-    charts' PNGs in 256 colours; in full colour 1.9 MB)."""
-    size = len(full_charts["html"].encode())
-    assert size < MAX_PAGE_BYTES, size
 
 
 def test_the_why_chart_draws_at_most_eight_lines():
