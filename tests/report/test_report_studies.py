@@ -10,13 +10,15 @@ images read it); the studies, and :func:`render` and :func:`write` by default, r
 from __future__ import annotations
 
 import html as htmllib
+import os
+import pickle
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from mnistbench.core import network
+from mnistbench.core import atomic, network
 from mnistbench.report import render as report
 from mnistbench.report.selections import LIMIT_COLUMNS, SCALE_EXPERIMENT
 from mnistbench.results import aggregate
@@ -218,8 +220,20 @@ _BUILT: dict[str, dict] = {}
 
 
 def _once(name: str, build, tmp_path_factory) -> dict:
+    """The study ``name``, built once per test session: pytest-xdist's workers share it
+    through a folder of the session (their common basetemp parent), pickled once built."""
     if name not in _BUILT:
-        _BUILT[name] = build(tmp_path_factory.mktemp(name))
+        path = None
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp: <the session's folder>/popen-gwN
+            path = tmp_path_factory.getbasetemp().parent / "report-studies" / f"{name}.pickle"
+        if path is not None and path.is_file():
+            _BUILT[name] = pickle.loads(path.read_bytes())
+        else:
+            _BUILT[name] = build(tmp_path_factory.mktemp(name))
+            if path is not None:
+                path.parent.mkdir(exist_ok=True)
+                with atomic.atomic_open(path, "wb") as handle:
+                    pickle.dump(_BUILT[name], handle)
     return _BUILT[name]
 
 
