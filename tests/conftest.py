@@ -50,6 +50,16 @@ def no_gpu_reason() -> str | None:
     return f"needs a CUDA GPU: {why}; {GPU_HINT}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which picks "load" for a bare -n
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-n N`` without ``--dist`` distributes by work stealing, as scripts/test does: each
+    worker starts on one half of the tests in order, so a module's tests and the studies they
+    share mostly stay on one worker (xdist's default, "load", deals the tests out in turn, and
+    both workers built every shared study). Where pytest-xdist is not installed, nothing."""
+    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
+        config.option.dist = "worksteal"
+
+
 #: Markers whose tests are also ``slow``: they drive a real Docker engine or SLURM cluster (image
 #: builds, whole studies as cluster jobs: minutes), so the fast loop leaves them out even where
 #: an engine or a cluster answers.
