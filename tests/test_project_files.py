@@ -134,6 +134,23 @@ def test_ruff_lints_every_python_file_of_the_package_and_its_tests():
     assert sorted(str(p.relative_to(ROOT)) for p in code if p not in linted) == []
 
 
+def test_mypy_checks_every_module_of_the_package(monkeypatch):
+    """scripts/typecheck's mypy finds every module of src/mnistbench: no exclude of
+    [tool.mypy] hides one (as a bare folder name once hid two packages from ruff), and no
+    module section silences one's errors."""
+    from mypy.main import process_options
+
+    targets = runpy.run_path(str(ROOT / "scripts" / "typecheck"))["TARGETS"]
+    monkeypatch.chdir(ROOT)  # as scripts/typecheck runs it: pyproject.toml read from here
+    sources, options = process_options(list(targets))
+    checked = {Path(source.path).resolve() for source in sources if source.path}
+    package = sorted(ROOT.glob("src/mnistbench/**/*.py"))
+    assert len(package) > 50
+    assert [str(p.relative_to(ROOT)) for p in package if p not in checked] == []
+    assert [pattern for pattern, settings in options.per_module_options.items()
+            if settings.get("ignore_errors")] == []
+
+
 def test_tests_mirror_the_subpackages():
     """tests/ has a folder per subpackage of src/mnistbench (its unit tests), and each test
     folder is one of those or a part of the project outside src/ (workflow/, benchmarks/)."""

@@ -117,8 +117,9 @@ def test_a_graph_cell_records_what_it_measured(tmp_path, tiny_mnist) -> None:
     (not split inside a graph), says so (phase_split graph), evaluates the whole test split
     at once and records that no CUDA graph ran on a CPU."""
     runs = tmp_path / "e" / "adhoc"  # RUNS/ENV/EXPERIMENT/CELL, as the reader wants
-    common = {"data": tiny_mnist, "env": "e", "epochs": 2, "batch_size": 96, "test_limit": 128,
-              "warmup_steps": 1, "sample_interval": 0.05, "quiet": True}
+    # 100 of the folder's samples: three batches of 32 and a tail of 4, as on the full split
+    common = {"data": tiny_mnist, "env": "e", "epochs": 2, "batch_size": 32, "train_limit": 100,
+              "test_limit": 64, "warmup_steps": 1, "sample_interval": 0.05, "quiet": True}
     for name, impl in (("graph", GRAPH), ("tuned", "tuned")):
         assert train.run_cell(TrainConfig(out=runs / name, implementation=impl,
                                           **common)) == 0
@@ -127,10 +128,10 @@ def test_a_graph_cell_records_what_it_measured(tmp_path, tiny_mnist) -> None:
     assert [r["train_loss"] for r in graph_rows] == [r["train_loss"] for r in tuned_rows]
     assert graph["timing"]["phase_split"] == capture.PHASE_SPLIT_GRAPH
     assert tuned["timing"]["phase_split"] == capture.PHASE_SPLIT_STEPS
-    assert graph["params"]["eval_batch_size"] == 128  # the whole (limited) test split
+    assert graph["params"]["eval_batch_size"] == 64  # the whole (limited) test split
     assert graph["params"]["cuda_graphs"] is False
     for row in graph_rows:
-        assert int(row["steps"]) == 6 and int(row["samples"]) == 512  # 5 x 96 + a tail of 32
+        assert int(row["steps"]) == 4 and int(row["samples"]) == 100  # 3 x 32 + a tail of 4
         assert row["forward_s"] == row["backward_s"] == row["optimizer_s"] == ""
         assert float(row["data_s"]) > 0 and float(row["train_s"]) > float(row["data_s"])
         assert float(row["train_s"]) + float(row["eval_s"]) <= float(row["epoch_s"]) * 1.05

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from mnistbench.core import options, schema
-from mnistbench.core.figures import seconds
+from mnistbench.core.durations import seconds
 from mnistbench.measure import train
 from mnistbench.measure.cellconfig import TrainConfig
 from mnistbench.measure.outputs import OutputError
