@@ -8,7 +8,7 @@ implementation), cross-entropy, then the test-set evaluation (summed loss and ac
 
 Symmetry (each side runs in a fresh process, as ``mnistbench train`` does in the workflow):
 
-- Warm-up: both sides run the same untimed warm-up as ``mnistbench train`` (train.py's
+- Warm-up: both sides run the same untimed warm-up as ``mnistbench train`` (measure/warmup.py's
   ``warm_up``): ``--warmup-steps`` full training steps (default: ``mnistbench train``'s default,
   passed explicitly to both sides), one step at the epoch's last (partial) batch size on a full
   epoch, and one evaluation batch of each test-pass shape; then the model, optimizer and

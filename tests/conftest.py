@@ -50,6 +50,16 @@ def no_gpu_reason() -> str | None:
     return f"needs a CUDA GPU: {why}; {GPU_HINT}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which picks "load" for a bare -n
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """``-n N`` without ``--dist`` distributes by work stealing, as scripts/test does: each
+    worker starts on one half of the tests in order, so a module's tests and the studies they
+    share mostly stay on one worker (xdist's default, "load", deals the tests out in turn, and
+    both workers built every shared study). Where pytest-xdist is not installed, nothing."""
+    if getattr(config.option, "numprocesses", None) and config.option.dist == "no":
+        config.option.dist = "worksteal"
+
+
 #: Markers whose tests are also ``slow``: they drive a real Docker engine or SLURM cluster (image
 #: builds, whole studies as cluster jobs: minutes), so the fast loop leaves them out even where
 #: an engine or a cluster answers.
@@ -74,6 +84,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     for item in gpu_items:
         item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def schema_files_parsed_once():
+    """Snakemake's ``validate`` parses a schema file again at every ``$ref`` into it (about
+    13 YAML parses of workflow/schemas/ per validation: half a second, in pure-Python YAML).
+    In the tests' own process each schema's text is parsed once and every caller gets a copy;
+    the workflow's processes (the snakemake runs) are untouched."""
+    import copy
+    import hashlib
+
+    from snakemake import utils
+
+    load = utils._load_configfile
+    parsed: dict[tuple[str, bytes], object] = {}
+
+    def once(source, filetype="Config"):
+        if not isinstance(source, str | Path):
+            return load(source, filetype)
+        try:
+            text = Path(source).read_bytes()
+        except OSError:
+            return load(source, filetype)  # its own error, naming the file
+        key = (filetype, hashlib.sha256(text).digest())
+        if key not in parsed:
+            parsed[key] = load(source, filetype)
+        return copy.deepcopy(parsed[key])
+
+    utils._load_configfile = once
+    yield
+    utils._load_configfile = load
 
 
 @pytest.fixture(scope="session")
@@ -106,10 +147,18 @@ def real_mnist(real_mnist_mirror: Path, tmp_path_factory: pytest.TempPathFactory
 # fixture each, shared by every report test module.
 @pytest.fixture(scope="session")
 def full(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A GPU study with three repeats, an oom and a failed cell, rendered with its charts."""
+    """A GPU study with three repeats, an oom and a failed cell, rendered without charts."""
     from tests.report import test_report_studies
 
     return test_report_studies.full(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def full_charts(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """:func:`full` rendered with its charts and --figures-dir (only its tests draw them)."""
+    from tests.report import test_report_studies
+
+    return test_report_studies.full_charts(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

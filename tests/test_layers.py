@@ -35,11 +35,7 @@ EXCEPTIONS = {
     ("launch.forkserver", "measure.entry"),
 }
 #: (module, the module it takes a private name from, the name) -> why it may, until fixed.
-PRIVATE_EXCEPTIONS = {
-    ("measure.train", "measure.trainer", "_NullTimer"):
-        "train.py is being split by job (issue 40): the split gives the no-op timer a public "
-        "name where warm-up and the epoch loop can both take it",
-}
+PRIVATE_EXCEPTIONS: dict[tuple[str, str, str], str] = {}
 #: Third-party modules a layer may import (the standard library is always allowed).
 THIRD_PARTY = {
     "core": set(),

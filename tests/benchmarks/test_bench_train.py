@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnistbench.measure import loaders, train
+from mnistbench.measure import loaders
+from mnistbench.measure.cellconfig import TrainConfig
+from mnistbench.measure.warmup import warm_up
 from tests.conftest import load_benchmark
 
 bench = load_benchmark("bench_train")
 
 
 class _RecordingTrainer:
-    """Stands in for train.Trainer: records the batch sizes its warm-up runs."""
+    """Stands in for trainer.Trainer: records the batch sizes its warm-up runs."""
 
     device = torch.device("cpu")
     graphs = None  # no whole-step capture (measure.capture)
@@ -44,20 +46,21 @@ class _RecordingTrainer:
 ])
 def test_warmup_shapes_match_mnistbench_train(tmp_path, train_size, test_size, warmup,
                                               max_steps, eval_bs):
-    """The baseline warms up the same batch shapes as train.warm_up for the same settings."""
-    cfg = train.TrainConfig(out=tmp_path, batch_size=128, warmup_steps=warmup,
-                            max_steps=max_steps, eval_batch_size=eval_bs)
+    """The baseline warms up the same batch shapes as measure.warmup.warm_up for the same
+    settings."""
+    cfg = TrainConfig(out=tmp_path, batch_size=128, warmup_steps=warmup,
+                      max_steps=max_steps, eval_batch_size=eval_bs)
     feed = loaders.Loaders(train=None, test=None, train_size=train_size, test_size=test_size,
                            sample_batch=lambda split, n: (torch.zeros(n), torch.zeros(n)))
     trainer = _RecordingTrainer()
-    train.warm_up(trainer, feed, cfg)
+    warm_up(trainer, feed, cfg)
     shapes = bench.warmup_shapes(train_size, 128, warmup, max_steps, test_size, eval_bs)
     assert shapes == (trainer.train_sizes, sorted(trainer.eval_sizes))
 
 
 def test_default_warmup_steps_is_mnistbench_trains():
     """The benchmark's default warm-up is the step count ``mnistbench train`` uses by default."""
-    assert bench.train_default("warmup_steps") == train.TrainConfig(out=Path("x")).warmup_steps
+    assert bench.train_default("warmup_steps") == TrainConfig(out=Path("x")).warmup_steps
 
 
 @pytest.mark.slow

@@ -18,7 +18,6 @@ import functools
 import json
 import os
 import re
-import shlex
 import subprocess
 import tempfile
 from pathlib import Path
@@ -622,23 +621,6 @@ def test_a_peak_job_runs_where_its_device_cells_run():
     assert (resources["slurm_partition"](icelake), resources["gpu"](icelake),
             resources["cpus_per_task"](icelake), resources["constraint"](icelake)) == (
         "icelake", 0, 4, "avx512")
-
-
-def test_lock_wait_is_the_bench_rules_wait_for_the_machine_lock():
-    """The peak rule's wait (plan.lock_wait) is the bench rule's: the same commands, the same
-    message, on file descriptor 9 (bench.smk spells it out: see lock_wait)."""
-    bench = (REPO / "workflow" / "rules" / "bench.smk").read_text()
-    block = re.search(r"^\s*if ! flock --nonblock 9; then\n(.*?)\n\s*fi$", bench,
-                      re.MULTILINE | re.DOTALL)
-    assert block, "bench.smk no longer waits for the lock as lock_wait does"
-    echo, again = (line.strip() for line in block.group(1).splitlines())
-    message = re.fullmatch(r'echo "(.*)" >&2', echo).group(1)
-    line = plan.lock_wait("/tmp/x.lock")
-    assert line == ("if ! flock --nonblock 9; then echo "
-                    f"{shlex.quote(message.replace('{params.lock}', '/tmp/x.lock'))} >&2; "
-                    f"{again}; fi")
-    assert again == "flock 9 || exit 1"
-    assert "{params.wait}" in (REPO / "workflow" / "rules" / "peak.smk").read_text()
 
 
 def test_other_peaks_are_those_of_other_environments(tmp_path):

@@ -142,3 +142,29 @@ def test_planned_raises_a_plan_error_as_a_workflow_error():
         namespace["planned"](plan.check_executor, "local", True)
     assert caught.value.__suppress_context__
     assert "config executor is slurm" in str(caught.value)
+
+
+def rule_shell(rule: str) -> str:
+    """The shell command of ``rule`` in the rule files: the string its ``shell:`` holds."""
+    for path in RULE_FILES:
+        text = path.read_text()
+        found = re.search(rf"^rule {rule}:\n.*?^    shell:\n((?:        .*\n?)+)", text,
+                          re.MULTILINE | re.DOTALL)
+        if found:
+            return ast.literal_eval(f"({found.group(1)})")
+    raise AssertionError(f"no rule {rule} with a shell: in the rule files")
+
+
+@pytest.mark.parametrize(("rule", "command"), [("bench", "run-cell"), ("peak", "run-peak")])
+def test_the_timed_rules_are_one_mnistbench_command_each(rule, command):
+    """The bench and peak rules' shell is one `mnistbench` command on one line, with no shell
+    logic of its own: the lock, the wait and the exit codes are the package's
+    (mnistbench.launch.timedjob, tests/launch/test_timedjob.py), so the workflow digest of
+    the bench rule covers its one command."""
+    shell = rule_shell(rule)
+    assert shell.startswith(f"mnistbench {command} --lock {{params.lock:q}} --log {{log:q}} ")
+    assert "\n" not in shell.strip()
+    for logic in (";", "&&", "||", "|", "$(", "`", " if ", "case ", "exit ", "flock", "unset"):
+        assert logic not in shell, (rule, logic)
+    with pytest.raises(AssertionError, match="no rule nosuch"):
+        rule_shell("nosuch")

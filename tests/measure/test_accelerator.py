@@ -14,6 +14,7 @@ import torch
 
 from mnistbench.core import schema
 from mnistbench.measure import train
+from mnistbench.measure.cellconfig import TrainConfig
 from tests.fake_accelerator import install
 
 TINY = {"max_steps": 3, "test_limit": 64, "warmup_steps": 1, "batch_size": 32,
@@ -23,7 +24,7 @@ TINY = {"max_steps": 3, "test_limit": 64, "warmup_steps": 1, "batch_size": 32,
 def run(tmp_path: Path, data: Path, **overrides) -> tuple[int, dict]:
     """Run one cell in-process; its exit code and summary."""
     out = tmp_path / "cell"
-    code = train.run_cell(train.TrainConfig(out=out, data=data, **{**TINY, **overrides}))
+    code = train.run_cell(TrainConfig(out=out, data=data, **{**TINY, **overrides}))
     return code, json.loads((out / schema.SUMMARY_FILE).read_text())
 
 
@@ -119,8 +120,8 @@ def test_tf32_on_xpu_is_a_usage_error(tmp_path, tiny_mnist, capsys):
     """tf32 has a policy on CUDA only: on xpu it is a usage error (exit 2) naming the
     allowed precisions, and nothing is written."""
     out = tmp_path / "cell"
-    code = train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, device="xpu",
-                                            precision="tf32", **{**TINY}))
+    code = train.run_cell(TrainConfig(out=out, data=tiny_mnist, device="xpu",
+                                      precision="tf32", **{**TINY}))
     assert code == 2
     assert "allowed on xpu: fp32, bf16, fp16" in capsys.readouterr().err
     assert not out.exists()

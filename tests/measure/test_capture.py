@@ -13,6 +13,7 @@ import torch
 
 from mnistbench.core import devices, options, schema
 from mnistbench.measure import capture, train, trainer
+from mnistbench.measure.cellconfig import TrainConfig
 from mnistbench.measure.loaders import ResidentLoader
 from mnistbench.results import validate
 
@@ -24,8 +25,8 @@ def _split(n: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(n, 1, 28, 28, generator=gen), torch.randint(0, 10, (n,), generator=gen)
 
 
-def _cfg(**overrides) -> train.TrainConfig:
-    return train.TrainConfig(out=Path("unused"), **{"batch_size": 32, **overrides})
+def _cfg(**overrides) -> TrainConfig:
+    return TrainConfig(out=Path("unused"), **{"batch_size": 32, **overrides})
 
 
 def test_the_step_counter_selects_the_eager_loops_batches() -> None:
@@ -60,7 +61,7 @@ def test_replayed_steps_give_the_eager_loops_parameters() -> None:
                                 generator=torch.Generator().manual_seed(3))
         cell.begin_epoch(len(loader))
         for x, y in loader:
-            cell.step(x, y, trainer._NullTimer())
+            cell.step(x, y, trainer.NullTimer())
         return cell, cell.take_losses()
 
     def graphed():
@@ -116,20 +117,21 @@ def test_a_graph_cell_records_what_it_measured(tmp_path, tiny_mnist) -> None:
     (not split inside a graph), says so (phase_split graph), evaluates the whole test split
     at once and records that no CUDA graph ran on a CPU."""
     runs = tmp_path / "e" / "adhoc"  # RUNS/ENV/EXPERIMENT/CELL, as the reader wants
-    common = {"data": tiny_mnist, "env": "e", "epochs": 2, "batch_size": 96, "test_limit": 128,
-              "warmup_steps": 1, "sample_interval": 0.05, "quiet": True}
+    # 100 of the folder's samples: three batches of 32 and a tail of 4, as on the full split
+    common = {"data": tiny_mnist, "env": "e", "epochs": 2, "batch_size": 32, "train_limit": 100,
+              "test_limit": 64, "warmup_steps": 1, "sample_interval": 0.05, "quiet": True}
     for name, impl in (("graph", GRAPH), ("tuned", "tuned")):
-        assert train.run_cell(train.TrainConfig(out=runs / name, implementation=impl,
-                                                **common)) == 0
+        assert train.run_cell(TrainConfig(out=runs / name, implementation=impl,
+                                          **common)) == 0
     graph, graph_rows = _read(runs / "graph")
     tuned, tuned_rows = _read(runs / "tuned")
     assert [r["train_loss"] for r in graph_rows] == [r["train_loss"] for r in tuned_rows]
     assert graph["timing"]["phase_split"] == capture.PHASE_SPLIT_GRAPH
     assert tuned["timing"]["phase_split"] == capture.PHASE_SPLIT_STEPS
-    assert graph["params"]["eval_batch_size"] == 128  # the whole (limited) test split
+    assert graph["params"]["eval_batch_size"] == 64  # the whole (limited) test split
     assert graph["params"]["cuda_graphs"] is False
     for row in graph_rows:
-        assert int(row["steps"]) == 6 and int(row["samples"]) == 512  # 5 x 96 + a tail of 32
+        assert int(row["steps"]) == 4 and int(row["samples"]) == 100  # 3 x 32 + a tail of 4
         assert row["forward_s"] == row["backward_s"] == row["optimizer_s"] == ""
         assert float(row["data_s"]) > 0 and float(row["train_s"]) > float(row["data_s"])
         assert float(row["train_s"]) + float(row["eval_s"]) <= float(row["epoch_s"]) * 1.05
@@ -175,7 +177,7 @@ def test_bf16_replays_train_as_the_eager_loop_does() -> None:
         else:
             for i in (0, 32):
                 idx = order[i:i + 32]
-                cell.step(images[idx], labels[idx], trainer._NullTimer())
+                cell.step(images[idx], labels[idx], trainer.NullTimer())
         cells.append(cell)
     for p, q in zip(cells[0].base.parameters(), cells[1].base.parameters(), strict=True):
         assert torch.equal(p, q)
@@ -192,8 +194,8 @@ def test_on_cuda_the_graphs_replay_the_eager_training(tmp_path, tiny_mnist, prec
               "batch_size": 96, "test_limit": 128, "warmup_steps": 1, "sample_interval": 0.05,
               "quiet": True, "cudnn_benchmark": False}
     for name, impl in (("graph", GRAPH), ("tuned", "tuned")):
-        assert train.run_cell(train.TrainConfig(out=tmp_path / name, implementation=impl,
-                                                **common)) == 0
+        assert train.run_cell(TrainConfig(out=tmp_path / name, implementation=impl,
+                                          **common)) == 0
     graph, graph_rows = _read(tmp_path / "graph")
     _, tuned_rows = _read(tmp_path / "tuned")
     assert graph["params"]["cuda_graphs"] is True

@@ -16,7 +16,7 @@ import pytest
 
 from mnistbench import cli
 from mnistbench.cli import common
-from mnistbench.core import cpuruntime, figures, options, schema
+from mnistbench.core import cpuruntime, durations, options, schema
 from mnistbench.measure import entry
 
 #: A cell of a few steps (about a second on a CPU).
@@ -44,7 +44,7 @@ def test_train_ends_with_a_result_line_and_prints_the_summary_path(tmp_path, tin
     assert len(lines) == 1
     line = lines[0]
     results = summary["results"]
-    assert f"{figures.seconds(results['epoch_s_median'])} s/epoch" in line
+    assert f"{durations.seconds(results['epoch_s_median'])} s/epoch" in line
     assert f"{results['samples_per_s']:,.0f} samples/s" in line
     assert f"final test accuracy {results['final_test_acc']:.2f} %" in line
     assert line.endswith(f"; summary {path}")

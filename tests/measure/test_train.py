@@ -1,47 +1,25 @@
-"""Tests for mnistbench.measure.train: one honest cell, its outputs, statuses and exit codes."""
+"""Tests for mnistbench.measure.train: one honest cell from its settings to its summary, its
+statuses and exit codes (ok, unavailable, oom, failed; a usage error refused up front), and
+what it records of the machine and the code. The jobs it runs have their own tests:
+test_cellconfig, test_limits, test_warmup, test_epochs and test_outputs."""
 
 from __future__ import annotations
 
-import contextlib
-import csv
-import errno
 import json
-import shutil
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
 
-from mnistbench import cli
-from mnistbench.core import atomic, envvars, network, options, provenance, schema
-from mnistbench.core.devices import SUPPORTED
+from mnistbench.core import cpuruntime, envvars, provenance, schema
+from mnistbench.core.devices import SUPPORTED, Loader
 from mnistbench.measure import train, trainer
-from tests.conftest import TINY_TRAIN
-
-TINY = {"max_steps": 4, "test_limit": 128, "warmup_steps": 1, "batch_size": 32,
-        "sample_interval": 0.05, "quiet": True}
+from mnistbench.measure.cellconfig import TrainConfig
+from tests.measure.cells import read_csv, run
 
 
-def run(tmp_path: Path, data: Path, name: str = "cell", **overrides) -> tuple[int, dict, Path]:
-    """Run one cell in-process; its exit code, summary and folder."""
-    settings = {**TINY, **overrides}
-    out = tmp_path / name
-    code = train.run_cell(train.TrainConfig(out=out, data=data, **settings))
-    summary = json.loads((out / schema.SUMMARY_FILE).read_text())
-    return code, summary, out
-
-
-def read_csv(path: Path) -> list[dict]:
-    """Rows of a CSV file as dicts."""
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
-@pytest.mark.parametrize("loader", ["resident", "dataloader"])
+@pytest.mark.parametrize("loader", list(Loader))
 @pytest.mark.parametrize("precision", SUPPORTED["cpu"])
 def test_every_cpu_precision_and_loader_runs(tmp_path, tiny_mnist, loader, precision) -> None:
     """Each CPU precision with each loader ends ok with complete, schema-shaped outputs."""
@@ -67,31 +45,6 @@ def test_every_cpu_precision_and_loader_runs(tmp_path, tiny_mnist, loader, preci
     assert res["peak_rss_mb"] > 50
     assert summary["sources"]["adam"] == "torch._fused_adam_"  # the pinned torch passes
     assert summary["sources"]["adam_fallback"] is None
-
-
-@pytest.mark.slow
-def test_phases_add_up_to_epoch_wall_time(tmp_path, tiny_mnist) -> None:
-    """Data + forward + backward + optimizer + eval is within 5% of each epoch's wall time."""
-    code, _, out = run(tmp_path, tiny_mnist, max_steps=0, epochs=2, loader="dataloader")
-    assert code == 0
-    for row in read_csv(out / schema.EPOCHS_FILE):
-        phases = sum(float(row[f"{p}_s"]) for p in schema.PHASES)
-        assert phases == pytest.approx(float(row["epoch_s"]), rel=0.05)
-        assert float(row["train_s"]) + float(row["eval_s"]) == pytest.approx(phases)
-        assert all(float(row[f"{p}_s"]) > 0 for p in schema.PHASES)
-
-
-@pytest.mark.slow
-def test_warm_up_does_not_change_the_trajectory(tmp_path, tiny_mnist) -> None:
-    """The same seed gives the same losses and accuracy with and without warm-up steps."""
-    settings = {"epochs": 2, "max_steps": 6, "loader": "resident", "threads": 1}
-    _, cold, out_cold = run(tmp_path, tiny_mnist, "cold", warmup_steps=0, **settings)
-    _, warm, out_warm = run(tmp_path, tiny_mnist, "warm", warmup_steps=4, **settings)
-    assert cold["timing"]["warmup_s"] == 0
-    assert warm["timing"]["warmup_s"] > 0
-    keys = ("train_loss", "test_loss", "test_acc")
-    strip = [{k: r[k] for k in keys} for r in read_csv(out_cold / schema.EPOCHS_FILE)]
-    assert strip == [{k: r[k] for k in keys} for r in read_csv(out_warm / schema.EPOCHS_FILE)]
 
 
 def test_seed_changes_the_trajectory(tmp_path, tiny_mnist) -> None:
@@ -126,7 +79,7 @@ def test_out_of_memory_is_a_result(tmp_path, tiny_mnist, monkeypatch) -> None:
     def explode(self, x, y, timer):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(train.Trainer, "step", explode)
+    monkeypatch.setattr(trainer.Trainer, "step", explode)
     code, summary, _ = run(tmp_path, tiny_mnist, batch_size=64)
     assert code == schema.EXIT_CODES["oom"] == 11
     assert summary["status"] == "oom"
@@ -138,66 +91,12 @@ def test_other_errors_fail_with_their_message(tmp_path, tiny_mnist, monkeypatch)
     def explode(self, x, y, timer):
         raise ValueError("the <b>step</b> broke")
 
-    monkeypatch.setattr(train.Trainer, "step", explode)
+    monkeypatch.setattr(trainer.Trainer, "step", explode)
     code, summary, out = run(tmp_path, tiny_mnist)
     assert code == schema.EXIT_CODES["failed"] == 12
     assert summary["status"] == "failed"
     assert summary["reason"] == "ValueError: the <b>step</b> broke"
     assert not list(out.glob("*.part")) and not list(out.glob(".*"))
-
-
-def test_time_limit_fails_the_cell_with_the_limit_as_reason(tmp_path, tiny_mnist,
-                                                           monkeypatch) -> None:
-    """A cell that outruns --time-limit ends failed (exit 12), naming the limit, the epoch it
-    reached and the config key, with no epoch rows, and the next cell is not disturbed."""
-    real_step = train.Trainer.step
-
-    def slow(self, x, y, timer):
-        time.sleep(0.05)
-        return real_step(self, x, y, timer)
-
-    monkeypatch.setattr(train.Trainer, "step", slow)
-    code, summary, out = run(tmp_path, tiny_mnist, epochs=50, time_limit=0.6,
-                             experiment="convergence")
-    assert code == schema.EXIT_CODES["failed"]
-    assert summary["status"] == "failed"
-    assert summary["reason"].startswith("time limit of 0.6 s reached in timed epoch ")
-    assert "of 50" in summary["reason"]
-    assert "experiments.convergence.time_limit" in summary["reason"]
-    assert summary["params"]["time_limit"] == 0.6
-    assert read_csv(out / schema.EPOCHS_FILE) == []
-    assert summary["timing"]["warmup_s"] > 0
-    monkeypatch.setattr(train.Trainer, "step", real_step)
-    code, summary, _ = run(tmp_path, tiny_mnist, name="after", time_limit=60)
-    assert code == 0 and summary["status"] == "ok", summary["reason"]
-    assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.default_int_handler)
-    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
-
-
-def test_time_limit_is_not_swallowed_by_broad_handlers(tmp_path, tiny_mnist,
-                                                      monkeypatch) -> None:
-    """The limit fires through code that catches every Exception (as the resource sampler's
-    stage switch does): the cell still ends failed, never ok."""
-    real_step = train.Trainer.step
-
-    def guarded(self, x, y, timer):
-        with contextlib.suppress(Exception):  # a broad handler must not hide the limit
-            time.sleep(0.05)
-        return real_step(self, x, y, timer)
-
-    monkeypatch.setattr(train.Trainer, "step", guarded)
-    code, summary, _ = run(tmp_path, tiny_mnist, epochs=50, time_limit=0.3)
-    assert code == 12 and summary["reason"].startswith("time limit of 0.3 s")
-
-
-def test_time_limit_in_warm_up_says_so(tmp_path, tiny_mnist, monkeypatch) -> None:
-    """A limit reached before the first timed epoch names the warm-up."""
-    def stuck(trainer, loaders, cfg):
-        time.sleep(5)
-
-    monkeypatch.setattr(train, "warm_up", stuck)
-    code, summary, _ = run(tmp_path, tiny_mnist, time_limit=0.2)
-    assert code == 12 and "reached in the warm-up" in summary["reason"]
 
 
 def test_missing_data_fails_with_the_fix(tmp_path) -> None:
@@ -207,15 +106,36 @@ def test_missing_data_fails_with_the_fix(tmp_path) -> None:
     assert "mnistbench fetch" in summary["reason"]
 
 
-def test_stale_outputs_are_removed_before_a_rerun(tmp_path, tiny_mnist) -> None:
-    """A rerun never leaves an earlier run's epochs beside a new summary."""
+def test_set_up_refuses_a_usage_error_with_its_exit_code(tmp_path, capsys) -> None:
+    """set_up raises CellRefused, carrying exit code 2 and the reason, before it creates
+    anything; run_cell turns it into that exit code and one error line, writing nothing."""
     out = tmp_path / "cell"
-    out.mkdir()
-    (out / schema.EPOCHS_FILE).write_text("epoch\n1\n2\n")
-    (out / schema.SUMMARY_FILE).write_text("{}")
-    code, summary, out = run(tmp_path, tmp_path / "nowhere")  # fails before any epoch
-    assert code == 12 and summary["status"] == "failed"
-    assert read_csv(out / schema.EPOCHS_FILE) == []
+    with pytest.raises(train.CellRefused) as refused:
+        train.set_up(TrainConfig(out=out, precision="fp16"))
+    assert refused.value.code == train.USAGE_ERROR == 2
+    assert "allowed on cpu: fp32, bf16" in str(refused.value)
+    assert not out.exists()
+    assert train.run_cell(TrainConfig(out=out, precision="fp16")) == 2
+    assert capsys.readouterr().err == (
+        f"mnistbench train: error: {refused.value}\n")
+    assert not out.exists()
+
+
+def test_an_allocator_that_cannot_be_had_is_refused_up_front(tmp_path, capsys,
+                                                            monkeypatch) -> None:
+    """An allocator the process cannot have (cpuruntime.AllocatorError) is a usage error too:
+    exit 2 with its message, nothing created."""
+    def refuse(requested):
+        raise cpuruntime.AllocatorError(f"no {requested} here")
+
+    monkeypatch.setattr(cpuruntime, "prepare", refuse)
+    out = tmp_path / "cell"
+    with pytest.raises(train.CellRefused, match="no tcmalloc here") as refused:
+        train.set_up(TrainConfig(out=out, allocator="tcmalloc"))
+    assert refused.value.code == 2
+    assert train.run_cell(TrainConfig(out=out, allocator="tcmalloc")) == 2
+    assert capsys.readouterr().err == "mnistbench train: error: no tcmalloc here\n"
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("args, message", [
@@ -263,7 +183,7 @@ def test_cli_cell_subprocess_records_env_and_exit_code(tmp_path, tiny_mnist) -> 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", SUPPORTED["cuda"])
-@pytest.mark.parametrize("loader", ["resident", "dataloader"])
+@pytest.mark.parametrize("loader", list(Loader))
 def test_every_cuda_precision_and_loader_runs(tmp_path, tiny_mnist, precision, loader) -> None:
     """Each CUDA precision with each loader ends ok, with phases adding up (CUDA events)."""
     code, summary, out = run(tmp_path, tiny_mnist, device="cuda", precision=precision,
@@ -310,189 +230,6 @@ def test_one_real_epoch_reaches_98_2_percent(tmp_path, real_mnist) -> None:
     assert summary["results"]["final_test_acc"] >= 98.2
 
 
-def test_stream_seeds_are_distinct_and_deterministic() -> None:
-    """One seed gives three different, reproducible stream seeds; another seed, others."""
-    a, b = train.stream_seeds(0), train.stream_seeds(0)
-    assert a == b and len(set(a.values())) == 3
-    assert not set(a.values()) & set(train.stream_seeds(1).values())
-
-
-@pytest.mark.slow
-def test_compiled_model_puts_compilation_into_warm_up(tmp_path, tiny_mnist,
-                                                      monkeypatch) -> None:
-    """With torch.compile the cell ends ok and compilation shows up as warm-up, not epochs."""
-    if not any(shutil.which(cxx) for cxx in ("g++", "c++", "clang++")):
-        pytest.skip("torch.compile on CPU needs a C++ compiler, and none is on PATH "
-                    "(apt-get install g++)")
-    # Inductor compiles in this process, not in a pool of workers that each import torch
-    # first: on 2 cores beside the other test worker, 35 CPU-s instead of 47.
-    import torch._inductor.config as inductor_config
-
-    monkeypatch.setattr(inductor_config, "compile_threads", 1)
-    code, summary, _ = run(tmp_path, tiny_mnist, compile="default", epochs=2, max_steps=4)
-    assert code == 0, summary["reason"]
-    assert summary["params"]["compile"] == "default"
-    assert summary["timing"]["warmup_s"] > summary["results"]["epoch_s_median"]
-
-
-def strict_json(path: Path) -> dict:
-    """Parse ``path`` as strict JSON: NaN and Infinity raise ValueError."""
-    def refuse(name: str):
-        raise ValueError(f"{path} holds {name}, which is not JSON")
-
-    return json.loads(path.read_text(), parse_constant=refuse)
-
-
-@pytest.mark.parametrize("failing", ["resources", "summary"])
-def test_full_disk_leaves_no_output_and_one_clear_error(tmp_path, tiny_mnist, monkeypatch,
-                                                       capsys, failing) -> None:
-    """A full disk while writing the 2nd or 3rd file leaves none of the three (and no
-    temporary), and exits 1 with one paragraph naming the folder and the fix."""
-    def full(path, *args, **kwargs):
-        Path(path).write_text("partial")
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
-
-    if failing == "resources":
-        monkeypatch.setattr(train.ResourceMonitor, "write_csv", lambda self, path: full(path))
-    else:
-        monkeypatch.setattr(atomic, "write_json", full)
-    out = tmp_path / "runs" / "cell"
-    code = cli.main(["train", "--data", str(tiny_mnist), "--out", str(out), "--max-steps", "2",
-                     "--test-limit", "64", "--warmup-steps", "0", "--batch-size", "32",
-                     "--sample-interval", "0.05", "--quiet"])
-    assert code == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("mnistbench train: error: cannot write")
-    assert str(out) in err[0] and "No space left on device" in err[0]
-    assert "Free space on that disk, or pass --out" in err[0]
-    assert "holds none of epochs.csv, resources.csv, summary.json" in err[0]
-    assert list(tmp_path.iterdir()) == []  # the folders the cell created go too
-
-
-@pytest.mark.parametrize("case", ["a file", "under a file", "read-only folder"])
-def test_unusable_out_is_one_clear_error_before_the_run(tmp_path, tiny_mnist, monkeypatch,
-                                                        capsys, case) -> None:
-    """--out at a file, under a file or in a read-only folder exits 1 at once with one
-    paragraph naming the path and the fix, and changes nothing on disk."""
-    blocker = tmp_path / "file"
-    blocker.write_text("keep")
-    out = {"a file": blocker, "under a file": blocker / "sub" / "cell",
-           "read-only folder": tmp_path / "ro"}[case]
-    if case == "read-only folder":
-        out.mkdir()
-
-        def denied(*args, dir=None, **kwargs):  # what a read-only folder does to non-root
-            raise PermissionError(errno.EACCES, "Permission denied", str(dir))
-
-        monkeypatch.setattr(train.tempfile, "mkstemp", denied)
-    monkeypatch.setattr(train, "build_loaders", lambda *a: pytest.fail("the cell ran"))
-    code = cli.main(["train", "--data", str(tiny_mnist), "--out", str(out), "--quiet"])
-    assert code == 1
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("mnistbench train: error: cannot write")
-    assert f"into {out}:" in err[0] and "--out" in err[0]
-    assert "Nothing was run or written" in err[0]
-    if case == "read-only folder":
-        assert "Permission denied" in err[0] and "writable" in err[0]
-        assert list(out.iterdir()) == []
-    else:
-        assert f"{blocker} is a file" in err[0] or "it is a file" in err[0]
-        assert blocker.read_text() == "keep"
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["file"] + (["ro"] if case == "read-only folder" else []))
-
-
-@pytest.mark.parametrize(("flag", "value"), [
-    ("--lr", "inf"), ("--lr", "nan"), ("--lr", "-inf"), ("--time-limit", "nan"),
-    ("--time-limit", "inf"), ("--sample-interval", "inf"), ("--sample-interval", "nan"),
-])
-def test_cli_rejects_non_finite_numbers(tmp_path, capsys, flag, value) -> None:
-    """A NaN or infinite --lr, --time-limit or --sample-interval is a usage error (exit 2)
-    naming the flag, and nothing is written."""
-    out = tmp_path / "cell"
-    with pytest.raises(SystemExit) as info:
-        cli.main(["train", "--out", str(out), f"{flag}={value}"])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert flag in err and "must be a finite number" in err
-    assert not out.exists()
-
-
-@pytest.mark.parametrize(("setting", "value"), [
-    ("lr", float("inf")), ("lr", float("nan")), ("time_limit", float("nan")),
-    ("sample_interval", float("inf")),
-])
-def test_config_rejects_non_finite_numbers(tmp_path, tiny_mnist, capsys, setting,
-                                           value) -> None:
-    """TrainConfig (the fork server's and Python callers' way in) refuses the same values:
-    exit 2 naming the setting, and nothing is written."""
-    out = tmp_path / "cell"
-    code = train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, **{**TINY, setting: value}))
-    assert code == 2
-    assert f"{setting} must be a finite number" in capsys.readouterr().err
-    assert not out.exists()
-
-
-def test_diverging_loss_fails_naming_epoch_and_step(tmp_path, tiny_mnist) -> None:
-    """A learning rate that blows the weights up ends failed (exit 12) at the first NaN step,
-    with strict JSON, instead of ok with NaN losses."""
-    code, _, out = run(tmp_path, tiny_mnist, lr=1e10, warmup_steps=0, epochs=2)
-    summary = strict_json(out / schema.SUMMARY_FILE)
-    assert code == 12 and summary["status"] == "failed"
-    assert summary["reason"].startswith("the training loss became nan in epoch 1 at step 2 ")
-    assert "Lower the learning rate" in summary["reason"]
-    assert read_csv(out / schema.EPOCHS_FILE) == []
-
-
-def test_non_finite_loss_names_the_exact_epoch_and_step(tmp_path, tiny_mnist,
-                                                       monkeypatch) -> None:
-    """A loss that turns NaN at the 7th training step (epoch 2, step 3 of 4) is reported
-    there; epoch 1, which was finite, keeps its row."""
-    real = trainer.F.cross_entropy
-    calls = []
-
-    def poisoned(logits, target, **kwargs):
-        loss = real(logits, target, **kwargs)
-        if kwargs.get("reduction") == "sum":  # evaluation
-            return loss
-        calls.append(1)
-        return loss * float("nan") if len(calls) == 7 else loss
-
-    monkeypatch.setattr(trainer.F, "cross_entropy", poisoned)
-    code, _, out = run(tmp_path, tiny_mnist, warmup_steps=0, epochs=3)
-    summary = strict_json(out / schema.SUMMARY_FILE)
-    assert code == 12
-    assert "the training loss became nan in epoch 2 at step 3 " in summary["reason"]
-    assert [r["epoch"] for r in read_csv(out / schema.EPOCHS_FILE)] == ["1"]
-
-
-def test_non_finite_test_loss_fails_the_cell(tmp_path, tiny_mnist, monkeypatch) -> None:
-    """An infinite test loss fails the cell, naming the epoch's evaluation and its step."""
-    real = trainer.F.cross_entropy
-
-    def infinite_eval(logits, target, **kwargs):
-        loss = real(logits, target, **kwargs)
-        return loss * float("inf") if kwargs.get("reduction") == "sum" else loss
-
-    monkeypatch.setattr(trainer.F, "cross_entropy", infinite_eval)
-    code, _, out = run(tmp_path, tiny_mnist, warmup_steps=0)
-    summary = strict_json(out / schema.SUMMARY_FILE)
-    assert code == 12
-    assert "the test loss became inf in the evaluation of epoch 1 (after step 4)" in \
-        summary["reason"]
-
-
-def test_non_finite_measurement_is_written_as_null(tmp_path, tiny_mnist, monkeypatch) -> None:
-    """A NaN measurement becomes null, so summary.json stays strict JSON."""
-    real = train.ResourceMonitor.summary
-    monkeypatch.setattr(train.ResourceMonitor, "summary",
-                        lambda self, stage="train": {**real(self, stage),
-                                                     "cpu_pct_mean": float("nan")})
-    code, _, out = run(tmp_path, tiny_mnist)
-    summary = strict_json(out / schema.SUMMARY_FILE)
-    assert code == 0 and summary["results"]["cpu_pct_mean"] is None
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_cpu_cell_records_its_isa_and_bf16_path(tmp_path, tiny_mnist, precision) -> None:
@@ -513,49 +250,6 @@ def test_cpu_cell_records_its_isa_and_bf16_path(tmp_path, tiny_mnist, precision)
     assert summary["timing"]["timing_method"] == "host-clock"
     assert summary["results"]["peak_device_mem_mb"] is None
     assert summary["results"]["gpu_throttle_start"] is None
-
-
-@pytest.mark.slow
-def test_collect_env_is_saved_once_per_environment(tmp_path, tiny_mnist, monkeypatch) -> None:
-    """A cell filed at RUNS/ENV/EXPERIMENT/CELL leaves torch's collect_env report in RUNS/ENV
-    once (a later cell keeps it); a cell elsewhere leaves none; the aggregate ignores it."""
-    from mnistbench.measure import hardware
-    from mnistbench.results import aggregate
-
-    runs = tmp_path / "runs"
-    made = []
-    real = hardware.collect_env_report
-    monkeypatch.setattr(hardware, "collect_env_report",
-                        lambda: made.append(1) or real())
-    for cell in ("a", "b"):
-        out = runs / "lab" / "adhoc" / cell
-        code = train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, env="lab", **TINY))
-        assert code == 0
-    report = runs / "lab" / hardware.COLLECT_ENV_FILE
-    assert "PyTorch version" in report.read_text()
-    assert made == [1]
-    code, _, out = run(tmp_path, tiny_mnist, name="loose")
-    assert code == 0
-    assert made == [1]
-    assert not (out.parent / hardware.COLLECT_ENV_FILE).exists()
-    assert not (out.parent.parent / hardware.COLLECT_ENV_FILE).exists()
-    aggregate.aggregate(runs, tmp_path / "tables")
-    assert len(read_csv(tmp_path / "tables" / "summary.csv")) == 2
-
-
-@pytest.mark.slow
-def test_collect_env_failure_does_not_fail_the_cell(tmp_path, tiny_mnist, monkeypatch,
-                                                    capsys) -> None:
-    """A collect_env report that cannot be made is a warning; the cell stays ok."""
-    from mnistbench.measure import hardware
-
-    def broken():
-        raise RuntimeError("pip is missing")
-
-    monkeypatch.setattr(hardware, "collect_env_report", broken)
-    out = tmp_path / "runs" / "lab" / "adhoc" / "a"
-    assert train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, env="lab", **TINY)) == 0
-    assert "could not save" in capsys.readouterr().err
 
 
 @pytest.mark.gpu
@@ -603,38 +297,6 @@ def test_stock_and_tuned_models_start_from_the_same_weights() -> None:
 
 
 @pytest.mark.slow
-def test_max_batch_doubles_until_out_of_memory_and_times_the_same_samples(
-        tmp_path, tiny_mnist, monkeypatch) -> None:
-    """--max-batch doubles from --batch-size until a step runs out of memory (simulated
-    above 64 samples), trains at the last size that fitted, and scales max_steps so the cell
-    times the same number of samples; the stop reason is recorded."""
-    real_step = train.Trainer.step
-
-    def step(self, x, y, timer):
-        if len(y) > 64:
-            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
-        return real_step(self, x, y, timer)
-
-    monkeypatch.setattr(train.Trainer, "step", step)
-    code, summary, _ = run(tmp_path, tiny_mnist, batch_size=16, max_steps=8, max_batch=True)
-    assert code == 0, summary["reason"]
-    params = summary["params"]
-    assert (params["batch_size"], params["max_batch"], params["max_batch_stop"]) == (
-        64, True, "out of memory")
-    assert params["max_steps"] == 2  # 8 steps of 16 samples = 2 steps of 64
-    assert summary["results"]["steps_per_epoch"] == 2
-
-
-@pytest.mark.slow
-def test_max_batch_on_a_cpu_stops_at_its_cap(tmp_path, tiny_mnist) -> None:
-    """On a CPU the search stops at the training samples or the CPU cap, never beyond."""
-    code, summary, _ = run(tmp_path, tiny_mnist, batch_size=64, max_steps=4, max_batch=True)
-    assert code == 0, summary["reason"]
-    assert summary["params"]["batch_size"] == min(options.CPU_MAX_BATCH_CAP, TINY_TRAIN)
-    assert summary["params"]["max_batch_stop"] == "the cap"
-
-
-@pytest.mark.slow
 def test_busy_machine_is_recorded(tmp_path, tiny_mnist) -> None:
     """Every cell records the machine's load over its timed epochs and whether it was busy."""
     code, summary, _ = run(tmp_path, tiny_mnist, epochs=2)
@@ -656,152 +318,3 @@ def test_a_cell_records_the_digest_of_the_code_that_measured_it(tmp_path, tiny_m
     monkeypatch.setenv(envvars.WORKFLOW_DIGEST_VAR, "0123456789abcdef")
     code, summary, _ = run(tmp_path, tiny_mnist, name="workflow")
     assert code == 0 and summary["env"]["workflow_digest"] == "0123456789abcdef"
-
-
-@pytest.mark.slow
-def test_the_trainers_cells_of_every_status_pass_the_readers_checks(tmp_path, tiny_mnist,
-                                                                    monkeypatch) -> None:
-    """What the trainer writes, ok, failed by a diverged loss, or unavailable, is valid to
-    mnistbench.results.validate (which refuses only bad values), with its recorded status;
-    collect_env.txt is the environment file an archive carries."""
-    from mnistbench.measure import hardware
-    from mnistbench.results import archive, validate
-
-    assert archive.ENV_FILES == (hardware.COLLECT_ENV_FILE,)
-    monkeypatch.setattr(hardware, "collect_env_report", lambda: "report\n")
-    runs = tmp_path / "runs"
-    settings = {"ok": {"epochs": 2}, "failed": {"lr": 1e10, "warmup_steps": 0, "epochs": 2},
-                "unavailable": {"device": "cuda"} if not torch.cuda.is_available() else None}
-    for name, extra in settings.items():
-        if extra is None:
-            continue
-        out = runs / "lab" / "adhoc" / name
-        train.run_cell(train.TrainConfig(out=out, data=tiny_mnist, env="lab",
-                                         **{**TINY, **extra}))
-        cell = validate.read_cell(out)
-        assert cell.valid, cell.problems
-        assert cell.status == name
-
-
-@pytest.mark.parametrize(("args", "message"), [
-    (["--batch-size", "4096", "--train-limit", "1024"],
-     "--batch-size 4096 is larger than the 1024 training samples the cell uses "
-     "(--train-limit 1024): each step would hold 1024 samples while the cell recorded 4096; "
-     "pass --batch-size 1024 or less, or a --train-limit of 4096 or more"),
-    (["--batch-size", "65536"],
-     "--batch-size 65536 is larger than the 60000 training samples the cell uses (all 60000 "
-     "of MNIST)"),
-    (["--train-limit", "70000"],
-     "argument --train-limit: must be 60000 or less (MNIST has 60000 training samples; 0: "
-     "all), got 70000"),
-    (["--test-limit", "10001"], "argument --test-limit: must be 10000 or less"),
-])
-def test_a_batch_or_limit_beyond_mnist_is_a_usage_error(tmp_path, capsys, args, message):
-    """A batch larger than the training samples the cell uses (it would be recorded as the
-    batch while each step held fewer), and limits above MNIST's splits, exit 2 naming the
-    numbers; nothing is created."""
-    out = tmp_path / "cell"
-    try:
-        code = cli.main(["train", "--out", str(out), "--quiet", *args])
-    except SystemExit as exc:  # argparse's usage errors
-        code = exc.code
-    assert code == 2
-    assert message in capsys.readouterr().err
-    assert not out.exists()
-
-
-def test_limits_beyond_mnist_given_to_the_api_are_usage_errors(tmp_path, tiny_mnist,
-                                                               capsys) -> None:
-    """The trainer's API refuses them too (exit 2, nothing written)."""
-    for settings, message in (({"train_limit": 70_000}, "--train-limit 70000: MNIST has 60000"),
-                              ({"test_limit": 20_000}, "--test-limit 20000: MNIST has 10000"),
-                              ({"batch_size": 512, "train_limit": 256},
-                               "--batch-size 512 is larger than the 256 training samples")):
-        out = tmp_path / "cell"
-        assert train.run_cell(train.TrainConfig(out=out, data=tiny_mnist,
-                                                **{**TINY, **settings})) == 2
-        assert message in capsys.readouterr().err
-        assert not out.exists()
-
-
-def test_a_batch_larger_than_the_data_folder_holds_fails_naming_both(tmp_path,
-                                                                     tiny_mnist) -> None:
-    """A data folder with fewer samples than MNIST (here 512) and a batch of 1024: the cell is
-    failed naming both numbers, never recorded as batch 1024 with steps of 512."""
-    code, summary, _ = run(tmp_path, tiny_mnist, batch_size=1024)
-    assert code == 12 and summary["status"] == "failed"
-    assert summary["reason"].startswith(
-        f"batch size 1024 is larger than the {TINY_TRAIN} training samples in {tiny_mnist}")
-
-
-@pytest.mark.slow
-def test_dataloader_flags_on_a_resident_cell_are_recorded_as_not_applicable(tmp_path,
-                                                                            tiny_mnist):
-    """The workflow passes --workers and --pin-memory to every cell: a resident cell, which
-    has no DataLoader, records them as null (not applicable), a dataloader cell as given;
-    an evaluation batch above the test samples is recorded as the test samples."""
-    code, resident, _ = run(tmp_path, tiny_mnist, name="resident", workers=2, pin_memory=True,
-                            eval_batch_size=1000)
-    assert code == 0
-    assert resident["params"]["workers"] is None and resident["params"]["pin_memory"] is None
-    assert resident["params"]["eval_batch_size"] == TINY["test_limit"]
-    code, loader, _ = run(tmp_path, tiny_mnist, name="loader", loader="dataloader")
-    assert code == 0
-    assert loader["params"]["workers"] == 0 and loader["params"]["pin_memory"] is False
-
-
-@pytest.mark.slow
-def test_a_wider_network_trains_and_records_its_width_and_flops(tmp_path, tiny_mnist) -> None:
-    """--width 2 doubles the convolutions' channels: the cell records the width and the
-    FLOPs of a training sample at that width."""
-    args = options.train_parser().parse_args(["--width", "2", "--data", "d", "--out", "o"])
-    assert args.width == 2 and train.TrainConfig.from_namespace(args).width == 2
-    code, summary, _ = run(tmp_path, tiny_mnist, width=2, max_steps=2, quiet=True)
-    assert code == 0 and summary["params"]["width"] == 2
-    assert summary["results"]["train_flops_per_sample"] == network.train_flops(2)
-
-
-# --------------------------------------------------------------------------- warm-up (issue 39)
-def test_warm_up_runs_the_timed_data_path(tiny_mnist, monkeypatch) -> None:
-    """A resident cell's warm-up draws its training batches as the timed loop does (a host
-    permutation copied over, then index_select: ResidentLoader.batch), from its own generator:
-    the cell's shuffling generator is untouched, and a warm-up batch is a shuffled gather, not
-    the first rows."""
-    from mnistbench.measure import loaders as loaders_mod
-
-    cfg = train.TrainConfig(out=Path("unused"), data=tiny_mnist, batch_size=32,
-                            warmup_steps=2, eval_batch_size=32, test_limit=64)
-    shuffle_gen = torch.Generator().manual_seed(7)
-    before = shuffle_gen.get_state()
-    built = loaders_mod.build_loaders(cfg, torch.device("cpu"), shuffle_gen)
-    calls = []
-    real = loaders_mod.ResidentLoader.batch
-
-    def spy(self, order, i):
-        calls.append((len(order), i))
-        return real(self, order, i)
-
-    monkeypatch.setattr(loaders_mod.ResidentLoader, "batch", spy)
-    x, _ = built.sample_batch("train", 32)
-    assert calls == [(TINY_TRAIN, 0)]
-    assert not torch.equal(x, built.train.images[:32])  # gathered, not sliced
-    calls.clear()
-    cell = trainer.Trainer(cfg, torch.device("cpu"), init_seed=0)
-    train.warm_up(cell, built, cfg)
-    assert len(calls) == cfg.warmup_steps  # 512 % 32 == 0: no tail batch
-    assert torch.equal(shuffle_gen.get_state(), before)
-
-
-def test_grad_scaler_keeps_its_warm_up_state() -> None:
-    """The warm-up restore puts the model, optimizer and generators back, but the fp16
-    GradScaler keeps the scale the warm-up settled on (recreating it threw that away)."""
-    cfg = train.TrainConfig(out=Path("unused"), precision="fp16", batch_size=8)
-    cell = trainer.Trainer(cfg, torch.device("cpu"), init_seed=0)
-    scaler = cell.scaler
-    state = cell.snapshot()
-    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-    cell.step(x, y, trainer._NullTimer())
-    scaler.update(new_scale=128.0)  # as a warm-up overflow would have lowered it
-    cell.restore(state)
-    assert cell.scaler is scaler
-    assert cell.scaler.get_scale() == 128.0

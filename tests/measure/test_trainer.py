@@ -12,6 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mnistbench.core import network, schema
 from mnistbench.measure import train
+from mnistbench.measure.cellconfig import TrainConfig
 from mnistbench.measure.model import build_model
 from mnistbench.measure.trainer import Trainer
 
@@ -55,8 +56,8 @@ def test_a_width_two_cell_trains_the_network_it_records(tmp_path, tiny_mnist, mo
 
     monkeypatch.setattr(Trainer, "__init__", recording_init)
     out = tmp_path / "cell"
-    cfg = train.TrainConfig(out=out, data=tiny_mnist, width=2, max_steps=2, warmup_steps=1,
-                            batch_size=32, test_limit=64, sample_interval=0.05, quiet=True)
+    cfg = TrainConfig(out=out, data=tiny_mnist, width=2, max_steps=2, warmup_steps=1,
+                      batch_size=32, test_limit=64, sample_interval=0.05, quiet=True)
     assert train.run_cell(cfg) == 0
     summary = json.loads((out / schema.SUMMARY_FILE).read_text())
     assert summary["params"]["width"] == 2

@@ -6,6 +6,7 @@ again from its own data: on a publication made here from fake data, and on the c
 
 from __future__ import annotations
 
+import base64
 import csv
 import hashlib
 import io
@@ -46,19 +47,32 @@ CHARTS: dict[str, dict[str, bytes | None]] = {}
 
 
 @pytest.fixture(autouse=True)
-def charts_once(monkeypatch):
-    """Each distinct set of tables has its charts drawn once per test process, not at every
+def charts_once(monkeypatch, tmp_path_factory):
+    """Each distinct set of tables has its charts drawn once per test session, not at every
     publish (about 2.5 s each): the charts are a function of the tables (a publication renders
     again to the same bytes: test_published_report_renders_again_from_its_own_data), so the
-    same fake study published again gets the same PNGs. Tables that differ are drawn anew."""
+    same fake study published again gets the same PNGs. Tables that differ are drawn anew.
+    pytest-xdist's workers of one session share them through a folder of that session."""
     draw = report.draw_charts
+    shared = None
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp: <the session's folder>/popen-gwN
+        shared = tmp_path_factory.getbasetemp().parent / "charts-once"
+        shared.mkdir(exist_ok=True)
 
     def drawn_once(tables: aggregate.Tables) -> dict[str, bytes | None]:
         key = hashlib.sha256(b"\0".join(
             frame.to_csv(index=False).encode()
             for frame in (tables.summary, tables.epochs, tables.resources))).hexdigest()
+        path = None if shared is None else shared / f"{key}.json"
+        if key not in CHARTS and path is not None and path.is_file():
+            CHARTS[key] = {name: None if png is None else base64.b64decode(png)
+                           for name, png in json.loads(path.read_text()).items()}
         if key not in CHARTS:
             CHARTS[key] = draw(tables)
+            if path is not None:
+                atomic.write_text(path, json.dumps(
+                    {name: None if png is None else base64.b64encode(png).decode()
+                     for name, png in CHARTS[key].items()}))
         return CHARTS[key]
 
     monkeypatch.setattr(report, "draw_charts", drawn_once)

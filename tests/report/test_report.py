@@ -23,22 +23,21 @@ from mnistbench import cli, publish
 from mnistbench.report import charts, selections
 from mnistbench.report import render as report
 from mnistbench.results import aggregate, cost
-from tests.report import test_report_studies as studies
+from tests.report.test_report_phone import MAX_PAGE_BYTES
 from tests.report.test_report_studies import (
     OPTIONAL_SECTIONS,
     PARTIALS,
     ROOT,
     SECTIONS,
-    render,
     results_of,
     section_of,
     visible,
 )
 
 
-def test_report_is_one_self_contained_file(full):
+def test_report_is_one_self_contained_file(full_charts):
     """CSS inline, every chart a PNG data URI, no scripts, no external references."""
-    html = full["html"]
+    html = full_charts["html"]
     assert html.count("<style>") == 1 and "<link" not in html
     assert "<script" not in html.lower()
     assert html.count('<img src="data:image/png;base64,') == len(charts.CHARTS)
@@ -46,11 +45,19 @@ def test_report_is_one_self_contained_file(full):
     assert "url(" not in html
 
 
-def test_charts_are_shown_at_half_their_pixels_for_hidpi_screens(full):
+def test_a_study_with_every_chart_weighs_under_the_limit(full_charts):
+    """The fake full study with all its charts weighs under 1.5 MB, as the published page
+    must (test_report_phone.py): about 0.85 MB, the charts' PNGs in 256 colours; in full
+    colour 1.9 MB."""
+    size = len(full_charts["html"].encode())
+    assert size < MAX_PAGE_BYTES, size
+
+
+def test_charts_are_shown_at_half_their_pixels_for_hidpi_screens(full_charts):
     """Every chart's width and height attributes are half its PNG's pixels, so a 2x screen
     gets one pixel per device pixel."""
     images = re.findall(r'<img src="data:image/png;base64,([^"]+)" width="(\d+)" '
-                        r'height="(\d+)"', full["html"])
+                        r'height="(\d+)"', full_charts["html"])
     assert len(images) == len(charts.CHARTS)
     for data, width, height in images:
         png = base64.b64decode(data)
@@ -59,11 +66,11 @@ def test_charts_are_shown_at_half_their_pixels_for_hidpi_screens(full):
         assert int(width) >= 700
 
 
-def test_figures_dir_holds_every_chart_as_embedded(full):
+def test_figures_dir_holds_every_chart_as_embedded(full_charts):
     """--figures-dir gets one PNG per chart, byte-identical to the embedded image."""
-    html = full["html"]
+    html = full_charts["html"]
     for chart in charts.CHARTS:
-        png = (full["figures"] / chart.filename).read_bytes()
+        png = (full_charts["figures"] / chart.filename).read_bytes()
         assert base64.b64encode(png).decode() in html, chart.key
 
 
@@ -205,10 +212,11 @@ def test_each_section_sets_its_own_keys(full):
     assert set(context) == set(seen)
 
 
-def test_without_charts_the_text_is_the_same_and_every_chart_says_not_drawn(full, tmp_path):
+def test_without_charts_the_text_is_the_same_and_every_chart_says_not_drawn(full, full_charts,
+                                                                            tmp_path):
     """charts=False (for tests that read only text) draws no chart: each says so where its
     image would be, and the rest of the page is the page with its charts."""
-    html = render(full["results"], command=studies.COMMAND)
+    html = full["html"]  # rendered with charts=False (test_report_studies._full)
     assert "<img" not in html
     assert html.count(": not drawn.</strong> This report was rendered without charts") == len(
         charts.CHARTS)
@@ -216,7 +224,7 @@ def test_without_charts_the_text_is_the_same_and_every_chart_says_not_drawn(full
     def text(page):
         return re.sub(r'<figure class="chart[^"]*">.*?</figure>', "",
                       publish.strip_stamp(page), flags=re.S)
-    assert text(html) == text(full["html"])
+    assert text(html) == text(full_charts["html"])
     with pytest.raises(ValueError, match="figures_dir needs the charts"):
         report.write_report(full["tables"], tmp_path / "index.html", charts=False,
                             figures_dir=tmp_path / "figures")

@@ -2,21 +2,23 @@
 of the report (tests/report/test_report*.py) import them.
 
 Each study is built once per test process (:func:`full`, :func:`tenfold`, :func:`quick`),
-whichever module asks first. Only :func:`full` draws its charts (the tests of the embedded
-images read it); the others, and :func:`render` and :func:`write` by default, render with
-``charts=False``: the text is the same, without the seaborn charts' time.
+whichever module asks first. Only :func:`full_charts` draws charts (the tests of the embedded
+images read it); the studies, and :func:`render` and :func:`write` by default, render with
+``charts=False``: the text is the same (test_report.py holds that), without the charts' time.
 """
 
 from __future__ import annotations
 
 import html as htmllib
+import os
+import pickle
 import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from mnistbench.core import network
+from mnistbench.core import atomic, network
 from mnistbench.report import render as report
 from mnistbench.report.selections import LIMIT_COLUMNS, SCALE_EXPERIMENT
 from mnistbench.results import aggregate
@@ -218,8 +220,20 @@ _BUILT: dict[str, dict] = {}
 
 
 def _once(name: str, build, tmp_path_factory) -> dict:
+    """The study ``name``, built once per test session: pytest-xdist's workers share it
+    through a folder of the session (their common basetemp parent), pickled once built."""
     if name not in _BUILT:
-        _BUILT[name] = build(tmp_path_factory.mktemp(name))
+        path = None
+        if os.environ.get("PYTEST_XDIST_WORKER"):  # basetemp: <the session's folder>/popen-gwN
+            path = tmp_path_factory.getbasetemp().parent / "report-studies" / f"{name}.pickle"
+        if path is not None and path.is_file():
+            _BUILT[name] = pickle.loads(path.read_bytes())
+        else:
+            _BUILT[name] = build(tmp_path_factory.mktemp(name))
+            if path is not None:
+                path.parent.mkdir(exist_ok=True)
+                with atomic.atomic_open(path, "wb") as handle:
+                    pickle.dump(_BUILT[name], handle)
     return _BUILT[name]
 
 
@@ -229,15 +243,25 @@ def _full(tmp: Path) -> dict:
                                         "oom", "CUDA out of memory. Tried to allocate 4.00 GiB"),
                                     cell_id("cpu", "bf16", "dataloader", 64, 0): (
                                         "failed", HOSTILE)})
-    html = render(results, charts=True, figures_dir=tmp / "figures", command=COMMAND)
-    return {"html": html, "results": results, "figures": tmp / "figures",
-            "tables": aggregate.load_tables(results)}
+    html = render(results, command=COMMAND)
+    return {"html": html, "results": results, "tables": aggregate.load_tables(results)}
 
 
 def full(tmp_path_factory) -> dict:
     """A GPU study with three repeats, an oom and a failed cell with a hostile reason,
-    rendered with its charts, --figures-dir and --command."""
+    rendered with --command (without its charts: :func:`full_charts`)."""
     return _once("full", _full, tmp_path_factory)
+
+
+def full_charts(tmp_path_factory) -> dict:
+    """:func:`full`'s results rendered with its charts, --figures-dir and --command: the
+    page (``html``) and the folder of PNGs (``figures``)."""
+    def build(tmp: Path) -> dict:
+        out = report.render_report(full(tmp_path_factory)["results"], tmp / "index.html",
+                                   charts=True, figures_dir=tmp / "figures", command=COMMAND)
+        return {"html": out.read_text(encoding="utf-8"), "figures": tmp / "figures"}
+
+    return _once("full_charts", build, tmp_path_factory)
 
 
 def _tenfold(tmp: Path) -> dict:

@@ -268,7 +268,8 @@ def test_dry_run_plans_one_job_per_cell_with_its_flags(tmp_path, tiny_mnist):
         resources = job_resources(block)
         assert resources.get("timed_cell") == "1"
         assert not {"slurm_partition", "cpus_per_task", "gpu", "slurm_extra"} & set(resources)
-        assert "mnistbench train --threads" in block and "docker run" not in block
+        assert "mnistbench run-cell --lock" in block and "docker run" not in block
+        assert "--launcher mnistbench --workflow-digest" in block
     assert jobs_of_rule(proc.stdout, "docker_image") == 0
     assert not (tmp_path / "results").exists()  # a dry run writes nothing
     assert not Path(config["lock_file"]).exists()  # it checks the lock file, creates none

@@ -61,10 +61,10 @@ def test_dry_run_plans_image_builds_and_cells_in_them(tmp_path, tiny_mnist):
     assert jobs_of_rule(proc.stdout, "docker_image") == 2
     for device in ("cpu", "cuda"):
         assert re.search(
-            rf"mnistbench docker run --record results/images/{device}\.json --results results "
-            rf"--shm-size 1g --docker-option=--cpuset-cpus --docker-option=0 -- train"
-            rf"[\s\\]+--threads \d+[\s\\]+--allocator \S+[\s\\]+--workers \d+[\s\\]+"
-            rf"--\S*pin-memory[\s\\]+--device {device} ", proc.stdout), device
+            rf"--launcher 'mnistbench docker run --record results/images/{device}\.json "
+            rf"--results results --shm-size 1g --docker-option=--cpuset-cpus "
+            rf"--docker-option=0 --' .* -- --threads \d+ --allocator \S+ --workers \d+ "
+            rf"--\S*pin-memory --device {device} ", proc.stdout), device
         assert re.search(
             rf"mnistbench docker build --dockerfile \S+/docker/{device}\.Dockerfile --tag "
             rf"mnistbench:{device} .*--build-arg=BASE_IMAGE=deb:12 --docker-option=--network "

@@ -106,12 +106,12 @@ def test_peak_jobs_are_timed_work_at_the_cells_precisions_before_the_cells(tmp_p
     assert set(peaks) == {f"env={ENV}, device=cpu", f"env={ENV}, device=cuda"}
     cpu, cuda = (" ".join(peaks[f"env={ENV}, device={d}"].replace("\\\n", " ").split())
                  for d in ("cpu", "cuda"))
-    assert "peak --device cpu --precision fp32 --precision bf16 --threads 2" in cpu
-    assert "peak --device cuda --precision fp32 --precision tf32 --precision bf16" in cuda
+    assert "--device cpu --precision fp32 --precision bf16 --threads 2" in cpu
+    assert "--device cuda --precision fp32 --precision tf32 --precision bf16" in cuda
     for block in peaks.values():
         assert f"output: results/runs/{ENV}/peak/" in block
-        assert "flock --nonblock 9" in block and config["lock_file"] in block
-        assert "unset OMP_NUM_THREADS" in block and "--record-failure" in block
+        assert f"mnistbench run-peak --lock {config['lock_file']} --log " in block
+        assert "--launcher mnistbench --device" in block
         assert job_resources(block).get("timed_cell") == "1"
         assert re.search(r"^\s+threads: \d+$", block, re.MULTILINE)
     (peak_priority,) = {int(re.search(r"priority: (\d+)", b).group(1)) for b in peaks.values()}

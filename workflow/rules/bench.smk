@@ -1,8 +1,11 @@
 # Stage 2: the timed cells. One job per cell of the matrix (below), in matrix order
-# (priority), never two at once (resource timed_cell = 1, plus a machine-wide flock on a lock
-# file that `mnistbench lock-file` creates or checks safely: mnistbench.launch.machinelock). The rule
-# says WHAT and WHERE; `mnistbench train` does the timing and writes summary.json,
-# epochs.csv and resources.csv atomically into the cell's folder.
+# (priority), never two at once (resource timed_cell = 1, plus the machine-wide lock of timed
+# cells). The rule says WHAT and WHERE, in one command: `mnistbench run-cell`
+# (mnistbench.launch.timedjob) creates or checks the lock file safely, waits for its lock
+# (saying so in the log), runs the cell's `train` through its runner's launcher without the
+# thread variables Snakemake sets, with this rule's digest, and maps its exit;
+# `mnistbench train` does the timing and writes summary.json, epochs.csv and resources.csv
+# atomically into the cell's folder.
 #
 # Exit codes: 0 ok; 10 unavailable (device absent), 11 oom, 12 failed. For 10-12 the summary
 # is still written with that status, so the job succeeds and the study goes on; any other
@@ -43,28 +46,9 @@ rule bench:
         allocator=config["allocator"],
         workers=config["workers"],
         pin_memory=pin_memory_flag(),
-        unset=" ".join(THREAD_VARIABLES),
         workflow_digest=WORKFLOW_DIGEST,
     shell:
-        """
-        status=0
-        mnistbench lock-file {params.lock:q} >{log} 2>&1
-        (
-            unset {params.unset}
-            export MNISTBENCH_WORKFLOW_DIGEST={params.workflow_digest}
-            if ! flock --nonblock 9; then
-                echo "waiting for the machine's lock of timed cells, {params.lock}: another study is timing a cell" >&2
-                flock 9 || exit 1
-            fi
-            {params.launcher} train --threads {params.threads} \\
-            --allocator {params.allocator} --workers {params.workers} {params.pin_memory} \\
-            {params.cell} --data {params.data:q} --out {params.out:q} --quiet
-        ) 9<{params.lock:q} >>{log} 2>&1 || status=$?
-        case $status in
-            0) ;;
-            10 | 11 | 12)
-                echo "exit $status (10 unavailable, 11 oom, 12 failed): see {output.summary}" >>{log}
-                ;;
-            *) exit $status ;;
-        esac
-        """
+        "mnistbench run-cell --lock {params.lock:q} --log {log:q} --launcher {params.launcher:q}"
+        " --workflow-digest {params.workflow_digest} --out {params.out:q} --"
+        " --threads {params.threads} --allocator {params.allocator} --workers {params.workers}"
+        " {params.pin_memory} {params.cell} --data {params.data:q} --quiet"

@@ -44,8 +44,9 @@ def merged_summaries():
 # How a timed cell runs. Honest scheduling: two timed cells never overlap on one machine.
 # 1. Every bench job takes one unit of the resource `timed_cell`, which this workflow limits
 #    to 1 itself, whatever --cores or --resources say, so the scheduler never starts two.
-# 2. The train command runs under `flock` on a machine-wide lock file, which also serialises
-#    cells of two Snakemake invocations (other working directories, other users).
+# 2. The train command runs under the lock (flock) of a machine-wide lock file, taken by
+#    `mnistbench run-cell` (mnistbench.launch.timedjob), which also serialises cells of two
+#    Snakemake invocations (other working directories, other users).
 # Bench jobs also claim every core (threads), so no other job of the study runs beside one.
 # Under SLURM the limit is lifted: cells run side by side on separate (exclusive) nodes, and
 # the lock still keeps two cells of one node apart (docs/slurm.md).
@@ -56,7 +57,8 @@ if not ON_SLURM:
 
 def cell_launcher(wildcards):
     """The command that starts `mnistbench` for one timed cell, per config `runner`
-    (mnistbench.launch.plan.RUNNERS: local, docker); it runs inside the bench rule's flock.
+    (mnistbench.launch.plan.RUNNERS: local, docker); `mnistbench run-cell` runs it under the
+    machine's lock of timed cells.
     """
     return plan.cell_launcher(config, cell(wildcards), RESULTS)
 

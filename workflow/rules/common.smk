@@ -25,7 +25,6 @@ from mnistbench.core.devices import DEVICES
 from mnistbench.data import files
 from mnistbench.launch import estimate as estimating
 from mnistbench.launch import forkserver, plan
-from mnistbench.launch.plan import THREAD_VARIABLES
 
 CONFIG_SCHEMA = "../schemas/config.schema.yaml"
 

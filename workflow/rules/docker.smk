@@ -2,7 +2,8 @@
 # cell in its device's image. Rule docker_image (images.smk) builds the images into
 # results/images/{device}.json; the runner (mnistbench.launch.plan.docker_launcher) puts
 # `mnistbench docker run --record results/images/{device}.json ... --` in front of the bench
-# rule's `train ...` flags, inside the same flock. mnistbench.launch.container does the HOW.
+# rule's `train ...` flags (its `mnistbench run-cell --launcher`), under the same lock.
+# mnistbench.launch.container does the HOW.
 #
 # The engine is checked when the jobs are about to start (START_HOOKS, common.smk): a missing
 # `docker` or a stopped daemon stops the run before any job starts, with the fix. Dry runs and

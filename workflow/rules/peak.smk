@@ -5,15 +5,16 @@
 # cell against it (summary.csv limit_*; docs/methodology.md).
 #
 # It is timed work, kept apart from the timed cells as they are from each other: one unit of
-# the resource timed_cell, every core (threads), the machine-wide flock (plan.lock_wait), the
-# thread variables unset. It runs before the cells (a higher priority than any), where they
-# run: the cells' runner (plan.cell_launcher of the device's first cell), their SLURM
-# partition and resources.
+# the resource timed_cell, every core (threads), and, in its one command `mnistbench
+# run-peak` (mnistbench.launch.timedjob), the machine-wide lock and the thread variables
+# unset, as `mnistbench run-cell` does for a cell. It runs before the cells (a higher
+# priority than any), where they run: the cells' runner (plan.cell_launcher of the device's
+# first cell), their SLURM partition and resources.
 #
 # A limit that cannot be measured never stops the study: exit 10 (device absent) and 12
 # (the measurement failed) have written a record saying so; any other exit but a signal
-# (e.g. a crash while importing torch) leaves one written here (`mnistbench peak
-# --record-failure`, no torch needed), so the job succeeds and the cells run. A job killed by
+# (e.g. a crash while importing torch) leaves one written by `mnistbench peak
+# --record-failure` (no torch needed), so the job succeeds and the cells run. A job killed by
 # a signal fails, and the next run measures again. Delete a record to measure again.
 
 
@@ -39,28 +40,9 @@ rule peak:
     params:
         launcher=peak_launcher,
         lock=TIMING_LOCK,
-        wait=plan.lock_wait(TIMING_LOCK),
         precisions=peak_precision_flags,
         threads=config["threads"],
-        unset=" ".join(THREAD_VARIABLES),
     shell:
-        """
-        status=0
-        mnistbench lock-file {params.lock:q} >{log} 2>&1
-        (
-            unset {params.unset}
-            {params.wait}
-            {params.launcher} peak --device {wildcards.device} {params.precisions} \\
-            --threads {params.threads} --out {output.record:q}
-        ) 9<{params.lock:q} >>{log} 2>&1 || status=$?
-        if [ "$status" -ge 128 ]; then
-            exit "$status"
-        fi
-        if [ "$status" -ne 0 ]; then
-            echo "mnistbench peak exited $status (10 unavailable, 12 failed): the study goes on without this limit" >>{log}
-            if [ ! -e {output.record:q} ]; then
-                mnistbench peak --device {wildcards.device} --out {output.record:q} \\
-                --record-failure "mnistbench peak exited $status; see {log}" >>{log} 2>&1
-            fi
-        fi
-        """
+        "mnistbench run-peak --lock {params.lock:q} --log {log:q} --launcher {params.launcher:q}"
+        " --device {wildcards.device} {params.precisions} --threads {params.threads}"
+        " --out {output.record:q}"

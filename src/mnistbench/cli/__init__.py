@@ -39,6 +39,7 @@ from mnistbench.cli import (
     publish,
     report,
     tables,
+    timed_jobs,
     train,
 )
 from mnistbench.cli.common import CliError, Terminated, signals_as_errors
@@ -49,7 +50,7 @@ from mnistbench.core.study import StudyError
 #: The subcommand modules, in the order of ``mnistbench --help``; ``register(sub)`` of each
 #: adds its subcommands. A new subcommand: a module with ``register``, named here.
 COMMANDS = (fetch, train, peak, env, lock_file, tables, report, pack, publish, cost_model,
-            docker, completion, estimate)
+            docker, completion, estimate, timed_jobs)
 
 
 def build_parser() -> argparse.ArgumentParser:

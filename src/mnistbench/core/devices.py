@@ -45,6 +45,7 @@ DRM render nodes in /sys or ``xpu-smi``, Apple silicon by platform.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import platform
 import shutil
@@ -54,7 +55,6 @@ from pathlib import Path
 DEVICES = ("cpu", "cuda", "xpu", "mps")
 #: The devices that are torch.accelerator backends (every device but cpu).
 ACCELERATORS = DEVICES[1:]
-LOADERS = ("dataloader", "resident")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 #: The tuned formulation with the whole training step (batch gather, forward, loss, backward,
 #: fused Adam) captured as one CUDA graph and replayed once per step (mnistbench.measure.capture).
@@ -62,6 +62,20 @@ GRAPH_IMPLEMENTATION = "tuned-graph"
 #: Implementations of the model and optimizer (``--implementation``): the blog's code as
 #: written, this project's equivalent formulation, and that formulation's whole step captured.
 IMPLEMENTATIONS = ("tuned", "stock", GRAPH_IMPLEMENTATION)
+
+
+class Loader(enum.StrEnum):
+    """How a cell feeds the model (``--loader``; mnistbench.measure.loaders): the loaders'
+    one spelling. Members are strings, so a recorded ``"resident"`` equals ``Loader.RESIDENT``."""
+
+    #: The blog's pipeline: torchvision's Dataset and transforms, batched by a DataLoader.
+    DATALOADER = "dataloader"
+    #: The whole normalised split as one tensor on the training device.
+    RESIDENT = "resident"
+
+
+#: The allowed values of ``--loader`` as plain strings (argparse's choices, the results' checks).
+LOADERS: tuple[str, ...] = tuple(loader.value for loader in Loader)
 
 
 #: device -> precisions the benchmark has a policy for there (see the module docstring; the

@@ -17,6 +17,7 @@ from mnistbench.core.devices import (
     IMPLEMENTATIONS,
     LOADERS,
     PRECISIONS,
+    Loader,
 )
 from mnistbench.core.study import TIP_NAMES
 
@@ -178,7 +179,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=positive_int, default=128,
                    help="samples per step: at most the training samples the cell uses "
                    f"(--train-limit, or all {MNIST_TRAIN_SAMPLES})")
-    p.add_argument("--loader", choices=LOADERS, default="resident",
+    p.add_argument("--loader", choices=LOADERS, default=Loader.RESIDENT,
                    help="dataloader: Dataset + transform + torch DataLoader (the blog's "
                    "pipeline); resident: the normalised dataset as one tensor on the device")
     p.add_argument("--epochs", type=positive_int, default=1, help="timed epochs")

@@ -21,7 +21,7 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mnistbench.core.devices import GRAPH_IMPLEMENTATION, is_supported
+from mnistbench.core.devices import GRAPH_IMPLEMENTATION, Loader, is_supported
 from mnistbench.core.envvars import CONTAINER_VAR, ENV_NAME_VAR
 
 #: The experiments of a study, in the order their cells are listed within a repeat: the
@@ -166,7 +166,7 @@ class Tip:
 #: batch 128, the literal model with nn.Dropout and torch.optim.Adam, PyTorch's defaults:
 #: no workers, no pinned memory, cudnn.benchmark off, the C library's allocator).
 TIP_BASELINE: dict[str, object] = {
-    "loader": "dataloader", "precision": "fp32", "batch_size": 128, "workers": 0,
+    "loader": Loader.DATALOADER, "precision": "fp32", "batch_size": 128, "workers": 0,
     "pin_memory": False, "implementation": "stock", "cudnn_benchmark": False,
     "allocator": "glibc", "compile": "", "max_batch": False,
 }
@@ -190,7 +190,7 @@ TIPS: tuple[Tip, ...] = (
         "torch.backends.cudnn.benchmark = True (cuDNN autotuning)"),
     Tip("max-batch", "blog", {"max_batch": True},
         change="the largest batch size that fits, found by the cell (same samples, fewer steps)"),
-    Tip("resident", "project", {"loader": "resident"},
+    Tip("resident", "project", {"loader": Loader.RESIDENT},
         change="the whole dataset as one tensor on the device, no DataLoader"),
     Tip("compile", "project", {"compile": "default"}, change="torch.compile"),
     Tip("tuned", "project", {"implementation": "tuned"},
@@ -202,7 +202,7 @@ TIPS: tuple[Tip, ...] = (
                              "cudnn_benchmark": True, "max_batch": True},
         change="the blog's tips together: pinned memory, 4 workers, AMP, cudnn.benchmark, the "
         "largest batch (each where it applies)"),
-    Tip("all", "project", {"loader": "resident", "implementation": "tuned",
+    Tip("all", "project", {"loader": Loader.RESIDENT, "implementation": "tuned",
                            "allocator": "auto", "precision": "amp", "cudnn_benchmark": True},
         change="this project's levers together: resident data, tuned code, the allocator, AMP, "
         "cudnn.benchmark (each where it applies)"),
@@ -263,8 +263,8 @@ BLOG_CODE: dict[str, object] = {
 #: (the tuned formulation, data held on the device, the study's allocator). A speed-up is
 #: computed only between cells of the same kind.
 CONVERGENCE_CODE: dict[str, tuple[str, dict[str, object]]] = {
-    "dataloader": ("blog", BLOG_CODE),
-    "resident": ("best", {"implementation": "tuned"}),
+    Loader.DATALOADER: ("blog", BLOG_CODE),
+    Loader.RESIDENT: ("best", {"implementation": "tuned"}),
 }
 #: The kinds of code a headline figure comes from, as the report names them.
 CODE_LABELS = {"blog": "the blog's code as written", "best": "this project's best code",
@@ -454,7 +454,8 @@ def _cell_settings(experiment: str, spec: Mapping, device: str, cores: int) -> l
                 for threads in thread_counts(spec["thread_counts"], cores)
                 for settings in headline_settings(spec, device)]
     if experiment == "capture":  # CUDA only: elsewhere nothing would be captured
-        return [{"precision": precision, "loader": "resident", "batch_size": spec["batch_size"],
+        return [{"precision": precision, "loader": Loader.RESIDENT,
+                 "batch_size": spec["batch_size"],
                  "implementation": implementation}
                 for precision in spec["precisions"]
                 if device == "cuda" and is_supported(device, precision)

@@ -43,16 +43,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mnistbench.core import network, options, schema, study
+from mnistbench.core.devices import Loader
 
 #: Share of the measured limit (the peak step's best GFLOP/s at the cell's precision) a cell's
-#: whole wall time reaches, by code (its loader, mnistbench.core.devices.LOADERS), when
+#: whole wall time reaches, by code (its loader, mnistbench.core.devices.Loader), when
 #: nothing better is known.
-DEFAULT_EFFICIENCY = {"dataloader": 0.33, "resident": 0.6}
+DEFAULT_EFFICIENCY: dict[str, float] = {Loader.DATALOADER: 0.33, Loader.RESIDENT: 0.6}
 OTHER_EFFICIENCY = 0.1  # a loader not listed above
-CODE_LABELS = {"dataloader": "DataLoader", "resident": "resident data"}
+CODE_LABELS: dict[str, str] = {Loader.DATALOADER: "DataLoader", Loader.RESIDENT: "resident data"}
 #: s every cell costs besides its FLOPs, by code: the job's start, the lock, the process, data
 #: loading (torchvision's pipeline and its workers cost the DataLoader cells more).
-DEFAULT_OVERHEAD_S = {"dataloader": 6.0, "resident": 3.0}
+DEFAULT_OVERHEAD_S: dict[str, float] = {Loader.DATALOADER: 6.0, Loader.RESIDENT: 3.0}
 OTHER_OVERHEAD_S = 8.0
 #: GFLOP/s assumed before the peak step has measured the device: per core on a CPU, per
 #: device otherwise. Only `mnistbench estimate` on a fresh folder uses them; a study prints its
@@ -61,8 +62,8 @@ DEFAULT_PEAK_GFLOPS = {"cpu": 40.0, "cuda": 20000.0, "xpu": 10000.0, "mps": 3000
 PER_CORE = ("cpu",)
 #: s of a peak job (a few seconds of matmuls), and of the jobs after the cells.
 PEAK_JOB_S = 15.0
-#: s a job spends before its cell's process starts (Snakemake, `mnistbench lock-file`, the
-#: flock): added to an earlier cell's recorded process span.
+#: s a job spends before its cell's process starts (Snakemake, `mnistbench run-cell`, the
+#: lock): added to an earlier cell's recorded process span.
 DEFAULT_JOB_START_S = 1.0
 TAIL_S = 30.0
 SPREAD_DEFAULT = 2.0

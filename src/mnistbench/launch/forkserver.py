@@ -62,6 +62,7 @@ from pathlib import Path
 
 from mnistbench.core import cpuruntime, provenance
 from mnistbench.core.clock import process_start_unix
+from mnistbench.core.devices import Loader
 from mnistbench.core.envvars import FORKSERVER_SOCKET_VAR, LAUNCH_VAR, PROCESS_START_VAR
 
 # Environment variables (mnistbench.core.envvars): FORKSERVER_SOCKET_VAR names the server's
@@ -76,7 +77,7 @@ LOAD_TIME_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "GOTO_", "VE
                       "CUDA_", "NCCL_", "NVIDIA_", "DNNL_", "ONEDNN_", "ATEN_")
 #: Modules the server imports before it serves (everything `mnistbench train` imports) ...
 PRELOAD = ("mnistbench.measure.entry", "mnistbench.measure.train", "psutil")
-#: ... and, where a cell it serves uses the blog's pipeline (loader ``dataloader``), what that
+#: ... and, where a cell it serves uses the blog's pipeline (Loader.DATALOADER), what that
 #: pipeline imports: torchvision, about 2 s more on 2 cores (most of it torch._dynamo, which
 #: torchvision.ops imports). A cell of that loader from a server without them imports them itself.
 DATALOADER_PRELOAD = ("torchvision.datasets", "torchvision.transforms")
@@ -96,7 +97,7 @@ class ServerError(Exception):
 
 def preload_modules(loaders: Iterable[str] | None = None) -> tuple[str, ...]:
     """What a server imports before it serves cells of ``loaders`` (None: of any loader)."""
-    if loaders is None or "dataloader" in loaders:
+    if loaders is None or Loader.DATALOADER in loaders:
         return PRELOAD + DATALOADER_PRELOAD
     return PRELOAD
 

@@ -20,8 +20,10 @@ below until the owner or root removes it. A user who does not want to share the 
 config ``lock_file`` to a path of their own, and then their cells are no longer kept apart
 from other users' cells. Root can always remove the file.
 
-No torch, no Snakemake: ``mnistbench lock-file PATH`` calls :func:`prepare` before a cell, and
-the workflow calls :func:`check` (no side effect, so a dry run creates nothing) when it parses.
+No torch, no Snakemake: each timed job (:mod:`mnistbench.launch.timedjob`: ``mnistbench
+run-cell`` and ``run-peak``) and ``mnistbench lock-file PATH`` call :func:`prepare` before
+they take the lock, and the workflow calls :func:`check` (no side effect, so a dry run creates
+nothing) when it parses.
 """
 
 from __future__ import annotations

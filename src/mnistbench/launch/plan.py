@@ -39,7 +39,8 @@ from mnistbench.launch import machinelock
 #: The config file Snakemake loads first (the Snakefile's ``configfile:``).
 DEFAULT_CONFIGFILE = "config/config.yaml"
 #: Snakemake sets these to a job's threads; a timed cell runs with torch's own default instead
-#: (config threads), so the bench rule unsets them, and the fork server starts without them.
+#: (config threads), so the timed jobs remove them (mnistbench.launch.timedjob), and the fork
+#: server starts without them.
 THREAD_VARIABLES = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -107,9 +108,10 @@ def environment_name(config: Mapping[str, Any]) -> str:
 
 def timing_lock_file(configured: str, which: Callable[[str], str | None] = shutil.which) -> str:
     """The machine-wide lock file of timed cells (config lock_file, else one in the temporary
-    folder), checked without creating anything, so a dry run leaves no trace: the bench job
-    creates it safely (``mnistbench lock-file``, :mod:`mnistbench.launch.machinelock`) just
-    before its cell. The ``flock`` command must be there."""
+    folder), checked without creating anything, so a dry run leaves no trace: each timed job
+    creates it safely (``mnistbench run-cell`` and ``run-peak``,
+    :mod:`mnistbench.launch.timedjob`) just before its command. The ``flock`` command must be
+    there (the docker_image rule holds the lock with it)."""
     path = machinelock.resolve(configured)
     if which("flock") is None:
         raise PlanError(
@@ -121,18 +123,6 @@ def timing_lock_file(configured: str, which: Callable[[str], str | None] = shuti
     except machinelock.LockFileError as exc:
         raise PlanError(f"config key lock_file: {exc}") from None
     return str(path)
-
-
-def lock_wait(lock: str) -> str:
-    """The shell line of timed work that takes the machine-wide lock of timed cells, open on
-    file descriptor 9, waiting (and saying so on stderr) while another study holds it; a
-    failed wait exits 1. The peak rule runs it; the bench rule holds the same line spelled
-    out (its text is the workflow digest every cell records, and editing its shell command
-    would rerun finished cells), which tests/launch/test_plan.py keeps identical."""
-    message = (f"waiting for the machine's lock of timed cells, {lock}: another study is "
-               "timing a cell")
-    return (f"if ! flock --nonblock 9; then echo {shlex.quote(message)} >&2; "
-            "flock 9 || exit 1; fi")
 
 
 def workflow_digest(project: str | os.PathLike[str]) -> str:
@@ -224,8 +214,8 @@ def wants_fork_server(config: Mapping[str, Any], local_exec: bool, conda: bool) 
 
 
 def cell_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without :data:`THREAD_VARIABLES`: the environment of a timed cell (the
-    bench rule unsets them), which the fork server loads torch under."""
+    """``environ`` without :data:`THREAD_VARIABLES`: the environment of a timed cell or peak
+    (:mod:`mnistbench.launch.timedjob`), which the fork server loads torch under."""
     return {k: v for k, v in environ.items() if k not in THREAD_VARIABLES}
 
 
@@ -484,8 +474,8 @@ def docker_launcher(config: Mapping[str, Any], cell: study.Cell, results: str) -
 
 
 #: Runners: how the command of one timed cell starts, per config runner (the schema allows
-#: exactly these keys). Each returns the command that stands for ``mnistbench`` in the bench
-#: rule (the ``train`` flags follow); it runs inside the bench rule's flock.
+#: exactly these keys). Each returns the launcher of the bench and peak rules' timed jobs
+#: (``mnistbench run-cell --launcher``: the ``train`` flags follow), run under their lock.
 RUNNERS: dict[str, Callable[[Mapping[str, Any], study.Cell, str], str]] = {
     "local": local_launcher,
     "docker": docker_launcher,

@@ -23,8 +23,10 @@ import sys
 from pathlib import Path
 
 from mnistbench.core import options, schema
-from mnistbench.core.figures import seconds
+from mnistbench.core.durations import seconds
 from mnistbench.measure import train
+from mnistbench.measure.cellconfig import TrainConfig
+from mnistbench.measure.outputs import OutputError
 
 #: The summary's fields that ``--json`` prints: the cell's identity and settings (params), and
 #: its headline figures (results), beside the status, the exit code and the summary's path.
@@ -39,8 +41,8 @@ JSON_RESULTS = ("epoch_s_median", "epoch_s_mean", "total_s", "samples_per_s",
 def run(args) -> int:
     """Run the cell of parsed ``train`` arguments ``args``, report it (:func:`report`) and
     return its exit code. An output folder that cannot be written raises
-    :class:`mnistbench.measure.train.OutputError`."""
-    code = train.run_cell(train.TrainConfig.from_namespace(args))
+    :class:`mnistbench.measure.outputs.OutputError`."""
+    code = train.run_cell(TrainConfig.from_namespace(args))
     if code in schema.EXIT_CODES.values():  # a usage error (2) wrote no summary
         report(Path(args.out) / schema.SUMMARY_FILE, quiet=args.quiet,
                as_json=getattr(args, "json", False), code=code)
@@ -52,7 +54,7 @@ def main(argv: list[str]) -> int:
     args = options.train_parser().parse_args(argv)
     try:
         return run(args)
-    except train.OutputError as exc:
+    except OutputError as exc:
         print(f"mnistbench train: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -20,11 +20,14 @@ evaluation slices it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from mnistbench.core.devices import Loader
 from mnistbench.data import mnist as data
 
 #: MNIST normalisation of the classic pipeline (torchvision's Normalize((0.1307,), (0.3081,))).
@@ -104,17 +107,20 @@ class Loaders:
     """The training and test loaders of a cell, and a way to get warm-up batches from them
     without touching the shuffling generator."""
 
-    train: object
-    test: object
+    #: A ResidentLoader, or the DataLoader's batches moved to the device (_DeviceLoader);
+    #: a whole-step capture cell's is always a ResidentLoader (its epoch_order, its tensors).
+    train: Any
+    test: Any
     train_size: int
     test_size: int
-    sample_batch: object  # (split, size) -> (x, y) on the device, not shuffled
+    #: (split, size) -> (x, y) on the device, not shuffled.
+    sample_batch: Callable[[str, int], tuple[torch.Tensor, torch.Tensor]]
 
 
 def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Loaders:
     """Read the verified IDX files and build both loaders of ``cfg.loader`` (``cfg``: a
-    :class:`mnistbench.measure.train.TrainConfig`: data, loader, batch sizes, limits, workers,
-    pin_memory)."""
+    :class:`mnistbench.measure.cellconfig.TrainConfig`: data, loader, batch sizes, limits,
+    workers, pin_memory)."""
     # Our reader first, for both loaders: it checks the files' format with errors that name
     # the file and the fix, and gives the split sizes.
     train_x, train_y = data.load_split(cfg.data, "train")
@@ -126,7 +132,7 @@ def build_loaders(cfg, device: torch.device, shuffle_gen: torch.Generator) -> Lo
     splits = {"train": (train_x, train_y), "test": (test_x, test_y)}
     limits = {"train": cfg.train_limit, "test": cfg.test_limit}
 
-    if cfg.loader == "resident":
+    if cfg.loader == Loader.RESIDENT:
         tensors = {
             name: (normalised_tensor(x, device), torch.from_numpy(y.astype(np.int64)).to(device))
             for name, (x, y) in splits.items()

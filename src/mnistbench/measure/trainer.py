@@ -1,6 +1,6 @@
 """The trainer of a cell: its model, optimizer and precision policy, one training step with
 its phase marks, the evaluation, and a snapshot of every state to undo the warm-up
-(:mod:`mnistbench.measure.train` runs it)."""
+(:mod:`mnistbench.measure.train` runs it), and the no-op timer of steps that are not timed."""
 
 from __future__ import annotations
 
@@ -20,14 +20,16 @@ if TYPE_CHECKING:
 STOCK_ADAM = "torch.optim.Adam (stock)"
 
 
-class _NullTimer:
+class NullTimer:
+    """The timer of an untimed step (the warm-up's, the max-batch search's): marks nothing."""
+
     def mark(self, phase: str) -> None:
         pass
 
 
 class Trainer:
     """The model, optimizer and precision policy of a cell (``cfg``: its
-    :class:`mnistbench.measure.train.TrainConfig`), and its training and eval steps."""
+    :class:`mnistbench.measure.cellconfig.TrainConfig`), and its training and eval steps."""
 
     def __init__(self, cfg, device: torch.device, init_seed: int) -> None:
         self.cfg, self.device = cfg, device

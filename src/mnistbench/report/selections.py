@@ -44,8 +44,9 @@ SCALE_EXPERIMENT = "scale"
 #: ``limit_share_pct`` (%: achieved_gflops / limit_gflops x 100) and ``limit_source`` (text:
 #: where the figure came from, "measured: ..."). Absent or empty in older summaries.
 LIMIT_COLUMNS = ("limit_gflops", "limit_kernel", "limit_share_pct", "limit_source")
-#: Devices the headline always shows, with their reason when absent.
-DEVICES = ("cpu", "cuda")
+#: The two devices the study compares (mnistbench.core.devices.DEVICES names all it drives):
+#: the headline always shows them, with their reason when absent.
+COMPARED_DEVICES = ("cpu", "cuda")
 DEVICE_NAMES = {"cpu": "CPU", "cuda": "GPU"}
 
 # ---------------------------------------------------------------------------- grouping keys
@@ -322,7 +323,7 @@ def busy_note(group) -> str:
 
 def devices(summary) -> list[str]:
     """cpu and cuda always, then any other device of the study."""
-    return [*DEVICES, *sorted(set(summary["device"]) - set(DEVICES))]
+    return [*COMPARED_DEVICES, *sorted(set(summary["device"]) - set(COMPARED_DEVICES))]
 
 
 def envs_with_gpu(cells) -> list[str]:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from mnistbench.core import study, untrusted
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
-from mnistbench.core.figures import seconds
+from mnistbench.core.durations import seconds
 from mnistbench.results.rows import MAX_CSV_FIELD, TableRowError, check_rows, csv_fields_up_to
 
 SUMMARY_CSV = "summary.csv"
@@ -209,7 +209,7 @@ def build(rows: Iterable[Mapping[str, str]], envs: Sequence[str] = (),
 
 
 # ---------------------------------------------------------------------------------------------
-# Formatting (durations: mnistbench.core.figures.seconds)
+# Formatting (durations: mnistbench.core.durations.seconds)
 def _markdown_figure(column: str, value: float | None) -> str:
     if value is None:
         return "–"

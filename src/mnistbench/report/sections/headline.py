@@ -20,7 +20,7 @@ from mnistbench.report.selections import (
     BUSY_SHARE_PCT,
     CODE,
     CODE_LEGEND,
-    DEVICES,
+    COMPARED_DEVICES,
     RUN,
     Inputs,
     absent_reason,
@@ -60,7 +60,7 @@ def _rows(summary, cells) -> tuple[list[dict], list[str]]:
                     what = f"only its {' and '.join(ran)}" if ran else "nothing"
                     elsewhere.append(f"{env}: {what} ran at the blog's settings "
                                      f"({device_name(device)}: {other})")
-                elif device in DEVICES:
+                elif device in COMPARED_DEVICES:
                     rows.append({"env": env, "device": device,
                                  "hardware": hardware(summary, env, device), "loader": "–",
                                  "code": "–", "n": "0", "busy": "",

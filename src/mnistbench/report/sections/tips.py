@@ -18,7 +18,7 @@ from mnistbench.report.formatting import (
     ratio_phrase,
 )
 from mnistbench.report.selections import (
-    DEVICES,
+    COMPARED_DEVICES,
     TIP_COLUMN,
     Inputs,
     busy_note,
@@ -140,7 +140,7 @@ def tips_table(summary):
                + ("" if TIP_COLUMN in summary.columns else
                   f" (the summary has no '{TIP_COLUMN}' column)") + ".")
         return [], [], why
-    shown = [d for d in devices(cells) if d in set(cells["device"]) or d in DEVICES]
+    shown = [d for d in devices(cells) if d in set(cells["device"]) or d in COMPARED_DEVICES]
     rows = []
     for env in sorted(cells["env"].unique()):
         part = cells[cells["env"] == env]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mnistbench.report import blog
 from mnistbench.report.formatting import num
-from mnistbench.report.selections import DEVICES, Inputs, device_name, limit_share
+from mnistbench.report.selections import COMPARED_DEVICES, Inputs, device_name, limit_share
 
 #: The loader the sentences prefer: data held in memory (the device's own work), then the
 #: blog's DataLoader.
@@ -54,7 +54,7 @@ def ordered_loaders(frame) -> list[str]:
 def ordered_devices(names) -> list[str]:
     """``names`` of devices, the CPU first, then the GPU, then others by name."""
     present = set(names)
-    return [d for d in DEVICES if d in present] + sorted(present - set(DEVICES))
+    return [d for d in COMPARED_DEVICES if d in present] + sorted(present - set(COMPARED_DEVICES))
 
 
 def limit_shares(frame) -> list[float]:

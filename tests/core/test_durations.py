@@ -1,10 +1,10 @@
-"""mnistbench.core.figures: the digits of a duration that the command line prints."""
+"""mnistbench.core.durations: the digits of a duration that the command line prints."""
 
 from __future__ import annotations
 
 import pytest
 
-from mnistbench.core import figures
+from mnistbench.core import durations
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -19,7 +19,7 @@ from mnistbench.core import figures
     (5393.0, "5393.0"),
 ])
 def test_seconds_keep_three_significant_digits(value, text) -> None:
-    assert figures.seconds(value) == text
+    assert durations.seconds(value) == text
 
 
 def test_train_line_and_table_print_seconds_alike() -> None:
@@ -27,5 +27,5 @@ def test_train_line_and_table_print_seconds_alike() -> None:
     from mnistbench.measure import entry
     from mnistbench.results import table
 
-    assert entry.seconds is figures.seconds
-    assert table.seconds is figures.seconds
+    assert entry.seconds is durations.seconds
+    assert table.seconds is durations.seconds

@@ -1,4 +1,4 @@
-"""How the command line prints a figure: one home for the digits of a duration, shared by
+"""How the command line prints a duration: one home for its digits, shared by
 ``mnistbench train``'s result line and ``mnistbench table`` (the HTML report has its own,
 wordier durations in ``mnistbench.report.formatting``)."""
 
