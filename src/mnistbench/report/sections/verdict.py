@@ -192,6 +192,8 @@ def context(inputs: Inputs) -> dict:
         "verdict_strongest": [f"{c.verdict}: {c.short}" for c in claims.strongest(found)],
     }
     # The strongest claims, as many as the box holds (at least one).
-    while word_count(out) > MAX_WORDS and len(out["verdict_strongest"]) > 1:
-        out["verdict_strongest"].pop()
+    strongest = list(out["verdict_strongest"])
+    while word_count(out) > MAX_WORDS and len(strongest) > 1:
+        strongest.pop()
+        out["verdict_strongest"] = list(strongest)
     return out
