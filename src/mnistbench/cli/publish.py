@@ -8,6 +8,12 @@ import sys
 from pathlib import Path
 
 from mnistbench.cli.common import CliError, to_stderr
+from mnistbench.publish import ProblemKind
+
+#: What each ``--allow-KIND`` waives, in the help.
+WAIVED = {ProblemKind.MISSING: "cells of the study that never ran or did not finish",
+          ProblemKind.FAILED: "cells with status failed",
+          ProblemKind.STALE: "cells measured by other code than this checkout's"}
 
 
 def register(sub) -> None:
@@ -34,11 +40,9 @@ def register(sub) -> None:
                    "study (repeatable; e.g. the container's part of the matrix)")
     p.add_argument("--cost-model", type=Path, default=None,
                    help="cost model to publish (default: RESULTS/cost_model.json)")
-    for kind, what in (("missing", "cells of the study that never ran or did not finish"),
-                       ("failed", "cells with status failed"),
-                       ("stale", "cells measured by other code than this checkout's")):
+    for kind in ProblemKind:
         p.add_argument(f"--allow-{kind}", action="store_true",
-                       help=f"publish despite {what} (needs --reason)")
+                       help=f"publish despite {WAIVED[kind]} (needs --reason)")
     p.add_argument("--reason", default="", help="why checks were waived (in the manifest)")
     p.add_argument("--keep-published", action="store_true",
                    help="keep the environments of REPORT's publication that RESULTS/runs "
@@ -64,8 +68,7 @@ def _publish_usage(args) -> None:
     """Contradictory flags of ``publish`` are usage errors (exit 2): ``--check`` publishes
     nothing, so no flag of a publication applies; ``--reason`` explains a waiver, so it needs
     an ``--allow-*`` flag."""
-    allows = [f"--allow-{kind}" for kind in ("missing", "failed", "stale")
-              if getattr(args, f"allow_{kind}")]
+    allows = [f"--allow-{kind}" for kind in ProblemKind if getattr(args, f"allow_{kind}")]
     if args.check:
         given = [*allows]
         given += [flag for flag, on in (
