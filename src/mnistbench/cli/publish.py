@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from mnistbench.cli.common import CliError, to_stderr
-from mnistbench.publish import ProblemKind
+from mnistbench.core.schema import ProblemKind
 
 #: What each ``--allow-KIND`` waives, in the help.
 WAIVED = {ProblemKind.MISSING: "cells of the study that never ran or did not finish",

@@ -28,6 +28,7 @@ against it: the columns :data:`LIMIT_FIELDS` of summary.csv, by the rule of
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -84,6 +85,22 @@ ADDED_IN: dict[str, int] = {
 #: Cell statuses. ``ok``: ran to the end. ``oom``: the device ran out of memory.
 #: ``unavailable``: the device does not exist on this machine. ``failed``: any other error.
 STATUSES = ("ok", "oom", "unavailable", "failed")
+
+
+
+class ProblemKind(enum.StrEnum):
+    """Why a cell keeps results from being published (``mnistbench publish``), in the order
+    refusals and a publication's manifest list them; each is waived by ``--allow-KIND`` and
+    is a key of the manifest's ``checks``. Here, in the contract, so that the command and
+    the report name them without importing the publish package."""
+
+    #: A cell of the study's matrix that never ran, or an incomplete cell folder.
+    MISSING = "missing"
+    #: A cell with status failed, or an invalid one.
+    FAILED = "failed"
+    #: A cell measured by other code than this checkout's.
+    STALE = "stale"
+
 
 #: Process exit codes of ``mnistbench train`` per status (2 is a usage error).
 EXIT_CODES = {"ok": 0, "unavailable": 10, "oom": 11, "failed": 12}

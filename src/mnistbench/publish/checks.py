@@ -15,7 +15,6 @@ configs) and :func:`refuse` (the problems, refused unless waived with a reason).
 from __future__ import annotations
 
 import copy
-import enum
 import os
 import subprocess
 from collections import Counter, defaultdict
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from mnistbench import __version__
 from mnistbench.core import provenance, schema, study, untrusted
+from mnistbench.core.schema import ProblemKind
 from mnistbench.publish.layout import DATA_DIR, MANIFEST, README, REPORT_DIR
 from mnistbench.results import rows, validate
 
@@ -37,19 +37,6 @@ _GIT_TIMEOUT_S = 30
 class PublishError(Exception):
     """The results cannot be published (or a publication does not check); the message names
     the cells or files and the fix."""
-
-
-class ProblemKind(enum.StrEnum):
-    """Why a cell keeps the results from being published, in the order refusals and the
-    manifest list them; each is waived by ``--allow-KIND`` and is a key of the manifest's
-    ``checks``."""
-
-    #: A cell of the study's matrix that never ran, or an incomplete cell folder.
-    MISSING = "missing"
-    #: A cell with status failed, or an invalid one.
-    FAILED = "failed"
-    #: A cell measured by other code than this checkout's.
-    STALE = "stale"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+from mnistbench.core.schema import ProblemKind
 from mnistbench.report.formatting import num, plural, seconds
 from mnistbench.report.selections import (
     CODE,
@@ -60,7 +61,7 @@ def read_checks(results: Path) -> dict | None:
 def _stale(checks: dict | None) -> list[str]:
     """A publication's stale cells per environment and the reason they were published."""
     checks = checks or {}
-    stale = checks.get("stale") or []
+    stale = checks.get(ProblemKind.STALE) or []
     if not isinstance(stale, list) or not stale:
         return []
     per_env: dict[str, int] = {}
