@@ -50,13 +50,13 @@ def _rows(summary, cells) -> tuple[list[dict], list[str]]:
     both), and its speed-ups are across machines, labelled."""
     rows, elsewhere = [], []
     for env in sorted(summary["env"].unique()):
+        have = set(cells.loc[cells["env"] == env, "device"])
         for device in devices(summary):
             group = cells[(cells["env"] == env) & (cells["device"] == device)]
             if group.empty:
                 other = comparison.other_env(summary, cells, env, device)
                 if other is not None:
-                    ran = [device_name(d) for d in devices(summary)
-                           if not cells[(cells["env"] == env) & (cells["device"] == d)].empty]
+                    ran = [device_name(d) for d in devices(summary) if d in have]
                     what = f"only its {' and '.join(ran)}" if ran else "nothing"
                     elsewhere.append(f"{env}: {what} ran at the blog's settings "
                                      f"({device_name(device)}: {other})")

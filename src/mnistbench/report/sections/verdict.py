@@ -31,10 +31,13 @@ from mnistbench.report.selections import (
 MAX_WORDS = 200
 
 
-def _speedups(inputs: Inputs, cells) -> str:
+def _speedups(inputs: Inputs, cells) -> tuple[str, list[str]]:
+    """(the speed-up line, the CPU environments it divides by where it is across machines,
+    else [])."""
     absent = gpu_absence(inputs.summary)
     if absent or not envs_with_gpu(cells):
-        return f"GPU speed-up: not measured yet ({absent or 'no GPU cell at the blog settings'})."
+        return (f"GPU speed-up: not measured yet "
+                f"({absent or 'no GPU cell at the blog settings'}).", [])
     env, parts = envs_with_gpu(cells)[0], []
     for kind in ("blog", "best"):
         part = cells[(cells["env"] == env) & (cells[CODE] == kind)]
@@ -43,11 +46,11 @@ def _speedups(inputs: Inputs, cells) -> str:
             if est is not None:
                 parts.append(f"{num(est.value, 3, '×')} with {study.CODE_LABELS[kind]}")
     if not parts:
-        return _across_machines(inputs, cells, env)[0] or (
-            "GPU speed-up: not measured like for like (no CPU and GPU cells of the same "
-            "code).")
+        line, cpu_envs = _across_machines(inputs, cells, env)
+        return line or ("GPU speed-up: not measured like for like (no CPU and GPU cells of "
+                        "the same code)."), cpu_envs
     return (f"GPU speed-up: {' and '.join(parts)} ({hardware(inputs.summary, env, 'cuda')} "
-            f"against {hardware(inputs.summary, env, 'cpu')}).")
+            f"against {hardware(inputs.summary, env, 'cpu')}).", [])
 
 
 def _one_machine(inputs: Inputs) -> tuple[str, str]:
@@ -154,8 +157,9 @@ def context(inputs: Inputs) -> dict:
     tally = claims.tally(found)
     subset = blog.subset(cells)
     settings = "seconds per epoch at the blog's settings" + (f" ({subset})" if subset else "")
+    speed, across = _speedups(inputs, cells)
     here = set(cells.loc[cells["env"] == env, "device"])
-    cpu_envs = [] if "cpu" in here else _across_machines(inputs, cells, env)[1]
+    cpu_envs = [] if "cpu" in here else across
     if cpu_envs:  # the two machines the speed-up divides, each with its cores
         cpus = ", ".join(f"CPU of {e} ({_machine(inputs.summary, e, False, False)})"
                          for e in cpu_envs)
@@ -171,7 +175,7 @@ def context(inputs: Inputs) -> dict:
         epochs = _epochs(cells, env)
     ref = blog.BLOG
     first, best = _one_machine(inputs)
-    speed = _speedups(inputs, cells)
+    strongest = [f"{c.verdict}: {c.short}" for c in claims.strongest(found)]
     if first.startswith("GPU speed-up on one machine"):
         # The one-machine figure leads; the convergence cells' figure (often across
         # machines) follows as a labelled second line.
@@ -189,11 +193,9 @@ def context(inputs: Inputs) -> dict:
         "verdict_tally": (f"The blog's {len(found)} claims, checked here: "
                           + ", ".join(f"{n} {word}" for word, n in tally.items())
                           + ". The strongest:"),
-        "verdict_strongest": [f"{c.verdict}: {c.short}" for c in claims.strongest(found)],
+        "verdict_strongest": strongest,
     }
     # The strongest claims, as many as the box holds (at least one).
-    strongest = list(out["verdict_strongest"])
     while word_count(out) > MAX_WORDS and len(strongest) > 1:
         strongest.pop()
-        out["verdict_strongest"] = list(strongest)
     return out
