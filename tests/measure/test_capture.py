@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mnistbench.core import devices, options, schema
-from mnistbench.measure import capture, train, trainer
+from mnistbench.measure import capture, optim, train, trainer
 from mnistbench.measure.cellconfig import TrainConfig
 from mnistbench.measure.loaders import ResidentLoader
 from mnistbench.results import validate
@@ -103,6 +103,80 @@ def test_warm_up_and_restore_leave_the_trajectory_unchanged() -> None:
         return graphs.take_losses(1)[0][0]
 
     assert first_loss(True) == first_loss(False)
+
+
+@pytest.fixture
+def fallback_adam(monkeypatch):
+    """Cells of the test get torch.optim.Adam(fused=True), as where the private kernel fails
+    its check; the next user checks anew."""
+    optim.adam_impl.cache_clear()
+    with monkeypatch.context() as patch:
+        patch.delattr(torch, "_fused_adam_")
+        assert optim.adam_impl().name == optim.PUBLIC_FALLBACK
+    yield
+    optim.adam_impl.cache_clear()
+
+
+def _warmed_graph_cell(images, labels) -> capture.StepGraphs:
+    """A graph cell through its warm-up, restore and capture, as warm_up runs them."""
+    torch.manual_seed(2)
+    cell = trainer.Trainer(_cfg(implementation=GRAPH), torch.device("cpu"), init_seed=0)
+    graphs = capture.StepGraphs(cell, images, labels, 32, 2, capture=False)
+    state = cell.snapshot()
+    graphs.warm_up()
+    cell.restore(state)
+    graphs.capture_graphs()
+    return graphs
+
+
+@pytest.mark.parametrize("impl", ["private kernel", "fallback"])
+def test_the_captured_step_makes_no_optimizer_state(request, monkeypatch, impl) -> None:
+    """The restore leaves Adam's state empty; the capture makes it first, outside the
+    graph. Made inside, its zeros would be a fill each replay runs again: the moments and
+    the step count reset at every step. So after capture_graphs a step makes no tensor of
+    zeros, and every parameter has its state (step 0, zero moments: a first step's)."""
+    if impl == "fallback":
+        request.getfixturevalue("fallback_adam")
+    graphs = _warmed_graph_cell(*_split(64))
+    opt = graphs.trainer.optimizer
+    assert isinstance(opt, optim.FusedAdam) == (impl == "private kernel")
+    if impl == "fallback":  # torch.optim refuses a capture otherwise
+        assert opt.param_groups[0]["capturable"] is True
+    params = list(graphs.trainer.base.parameters())
+    for p in params:
+        state = opt.state[p]
+        assert state["step"].item() == 0 and not state["exp_avg"].any()
+        assert not state["exp_avg_sq"].any()
+
+    def made_in_the_step(*args, **kwargs):
+        raise AssertionError("optimizer state made inside the captured step")
+
+    graphs.begin_epoch(torch.arange(64))
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "zeros", made_in_the_step)
+        patch.setattr(torch, "zeros_like", made_in_the_step)
+        graphs.replay(0)
+        graphs.replay(1)
+    assert all(opt.state[p]["step"].item() == 2 for p in params)
+
+
+def test_a_graph_cell_trains_as_the_tuned_cell_with_the_fallback_adam(fallback_adam) -> None:
+    """With torch.optim.Adam(fused=True, capturable=True) (the fallback of a graph cell)
+    the replayed steps give the eager tuned cell's parameters bit for bit."""
+    images, labels = _split(64)
+    order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
+    graphs = _warmed_graph_cell(images, labels)
+    graphs.begin_epoch(order)
+    graphs.replay(0)
+    graphs.replay(1)
+    torch.manual_seed(2)
+    eager = trainer.Trainer(_cfg(), torch.device("cpu"), init_seed=0)
+    assert isinstance(eager.optimizer, torch.optim.Adam)
+    for i in (0, 32):
+        idx = order[i:i + 32]
+        eager.step(images[idx], labels[idx], trainer.NullTimer())
+    for p, q in zip(eager.base.parameters(), graphs.trainer.base.parameters(), strict=True):
+        assert torch.equal(p, q)
 
 
 def _read(out: Path) -> tuple[dict, list[dict]]:

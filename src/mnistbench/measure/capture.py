@@ -36,6 +36,8 @@ import contextlib
 import torch
 from torch.nn import functional as F
 
+from mnistbench.measure import optim
+
 #: What ``timing.phase_split`` records for a cell whose steps replay as one graph.
 PHASE_SPLIT_GRAPH = "graph"
 #: ... and for a cell that marks every phase of every step.
@@ -129,7 +131,11 @@ class StepGraphs:
 
     def capture_graphs(self) -> None:
         """Capture one graph per shape (after the warm-up restore: the graphs hold the
-        restored tensors). Capturing runs nothing: the state stays as restored."""
+        restored tensors). Capturing runs nothing: the state stays as restored. The Adam
+        state is made first, outside any graph (optim.init_state: the restore left it
+        empty, and zeros made inside a capture would be replayed, resetting the moments at
+        every step); off CUDA too, so the tests run the step as the graphs hold it."""
+        optim.init_state(self.trainer.optimizer)
         if not self.capture:
             return
         for size in self.shapes:

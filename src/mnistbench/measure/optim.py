@@ -89,16 +89,36 @@ def adam_impl() -> AdamImpl:
     return AdamImpl(PRIVATE_KERNEL) if reason is None else AdamImpl(PUBLIC_FALLBACK, reason)
 
 
-def make_adam(params: Iterable[torch.nn.Parameter], lr: float = 1e-3,
-              ) -> tuple[FusedAdam | torch.optim.Adam, AdamImpl]:
+def make_adam(params: Iterable[torch.nn.Parameter], lr: float = 1e-3, *,
+              capturable: bool = False) -> tuple[FusedAdam | torch.optim.Adam, AdamImpl]:
     """The study's Adam for ``params`` and which implementation it is: :class:`FusedAdam`
     where the private kernel passes its check, else ``torch.optim.Adam(fused=True)``. Both
     offer what the trainer uses: ``step``, ``zero_grad``, ``param_groups`` (GradScaler) and a
-    ``state_dict`` / ``load_state_dict`` round trip."""
+    ``state_dict`` / ``load_state_dict`` round trip. ``capturable``: its step is captured in a
+    CUDA graph (measure.capture): the fallback must be told (torch.optim refuses a capture
+    otherwise); :class:`FusedAdam` keeps its state on the device and captures as it is."""
     impl = adam_impl()
     if impl.name == PRIVATE_KERNEL:
         return FusedAdam(params, lr=lr), impl
-    return torch.optim.Adam(params, lr=lr, fused=True), impl
+    return torch.optim.Adam(params, lr=lr, fused=True, capturable=capturable), impl
+
+
+def init_state(optimizer: FusedAdam | torch.optim.Adam) -> None:
+    """Make every parameter's Adam state now where it is missing (step 0, zero moments): what
+    its first step would make lazily, so the update is the same. A CUDA graph must find the
+    state made: zeros made inside a capture are a fill kernel that every replay runs again,
+    which would reset the moments and the step count at each step (measure.capture)."""
+    if isinstance(optimizer, FusedAdam):
+        for p in optimizer.params:
+            optimizer._state(p)
+        return
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if not state:  # as torch.optim.Adam._init_group makes it for fused=True
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
 class FusedAdam:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.nn import functional as F
 
+from mnistbench.core import options
 from mnistbench.measure import backends, model
 from mnistbench.measure.optim import AdamImpl, make_adam
 
@@ -51,7 +52,9 @@ class Trainer:
             self.optimizer = torch.optim.Adam(self.base.parameters(), lr=cfg.lr)
             self.adam = AdamImpl(STOCK_ADAM)
         else:
-            self.optimizer, self.adam = make_adam(self.base.parameters(), lr=cfg.lr)
+            self.optimizer, self.adam = make_adam(
+                self.base.parameters(), lr=cfg.lr,
+                capturable=cfg.implementation == options.GRAPH_IMPLEMENTATION)
         self.scaler = torch.amp.GradScaler(device.type) if self.policy.grad_scaler else None
         # Each step's training loss stays on the device (one copy, no synchronisation) until
         # take_losses() reads them all at once; _sizes holds each step's samples.
