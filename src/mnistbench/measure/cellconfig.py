@@ -106,6 +106,13 @@ class TrainConfig:
                 raise devices.UnsupportedCombination(
                     f"--implementation {name} needs {fix}")
 
+    def fill_eval_batch_size(self) -> None:
+        """Resolve an ``eval_batch_size`` of 0: the training batch size, but the whole test
+        split for a whole-step capture cell (it evaluates in large batches)."""
+        graphed = self.implementation == options.GRAPH_IMPLEMENTATION
+        self.eval_batch_size = self.eval_batch_size or (
+            options.MNIST_TEST_SAMPLES if graphed else self.batch_size)
+
     def params(self) -> dict:
         """The resolved parameters, keyed as :data:`schema.PARAM_FIELDS`."""
         values = asdict(self)

@@ -113,10 +113,7 @@ def set_up(cfg: TrainConfig) -> CellRun:
         cpuruntime.prepare(cfg.allocator)  # glibc-tuned: mallopt before the first tensor
     except cpuruntime.AllocatorError as exc:
         raise CellRefused(str(exc)) from exc
-    # The whole-step capture evaluates in large batches: the whole test split at once.
-    graphed = cfg.implementation == options.GRAPH_IMPLEMENTATION
-    cfg.eval_batch_size = cfg.eval_batch_size or (
-        options.MNIST_TEST_SAMPLES if graphed else cfg.batch_size)
+    cfg.fill_eval_batch_size()  # a whole-step capture cell's: the whole test split
     out = Path(cfg.out)
     created = prepare_out(out)
     if cfg.threads:
