@@ -179,6 +179,37 @@ def test_old_data_without_limit_columns_says_not_measured(blogcode, full, tmp_pa
     assert plots.against_limit(older.summary) is None
 
 
+def test_a_share_past_100_percent_carries_its_reason(blogcode, tmp_path):
+    """A cell past 100 % of its measured limit (the width-8 fp32 GPU cells of an H200 ran at
+    124 %) is flagged wherever its share is written, with the reason it recorded
+    (limit_note): in the width sentence, the scale table and the limits table's best share;
+    results that recorded no reason still say the share is past the limit."""
+    tables = blogcode["tables"]
+    summary = tables.summary.copy()
+    past = ((summary["experiment"] == "scale") & (summary["device"] == "cuda")
+            & (summary["precision"] == "fp32") & (summary["width"] == 8)
+            & (summary["status"] == "ok"))
+    assert past.any()
+    reason = ("past 100 % of the measured limit: cuDNN chose Winograd or FFT convolutions, "
+              "which do fewer multiplications than the nominal FLOPs the cell counts")
+    summary.loc[past, "limit_share_pct"] = 124.0
+    summary["limit_note"] = None
+    summary.loc[past, "limit_note"] = reason
+    text = _why(write(aggregate.Tables(summary, tables.epochs, tables.resources), tmp_path))
+    assert f"124 % at 8 ({reason})" in text  # the width sentence
+    scale = text.split("Model size (scale experiment)")[1]
+    assert f"124 % of its limit ({reason})" in scale
+    best = text.split("Each device's measured limit")[1].split("Model size")[0]
+    assert f"124 % ({reason})" in best
+    assert text.count(reason) == 3
+    summary["limit_note"] = None  # an older aggregate: no reason recorded
+    text = _why(write(aggregate.Tables(summary, tables.epochs, tables.resources),
+                      tmp_path / "old"))
+    assert text.count("past 100 % of the measured limit: these results record no reason") == 3
+    below = _why(blogcode["html"])
+    assert "past 100 %" not in below
+
+
 def test_chart_draws_shares_or_gflops(blogcode):
     """The chart draws two panels (batch size, model FLOPs per sample) on a log scale of the
     share of the measured limit with the limit at 100 %, or of the achieved GFLOP/s where a

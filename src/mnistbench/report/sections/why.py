@@ -59,6 +59,7 @@ from mnistbench.report.sections.wording import (
     percent,
     sentence,
     the_device,
+    with_past_limit,
 )
 from mnistbench.report.selections import (
     CODE,
@@ -127,8 +128,9 @@ def _share_phrase(frame, first: bool = True) -> str:
     if est is None:
         rate = stats.median_ci(col(frame, "achieved_gflops"))
         return f"{gflop_rate(achieved)} ({interval(rate, 'GFLOP/s')})"
-    return (f"{percent(est.value)}{' of its measured limit' if first else ''} "
+    text = (f"{percent(est.value)}{' of its measured limit' if first else ''} "
             f"({interval(est, '%')}; {gflop_rate(achieved)})")
+    return with_past_limit(text, frame, est.value)
 
 
 def _limit_sentences(inputs: Inputs, summary, cells) -> list[str]:
@@ -177,7 +179,7 @@ def _at_blog(frame) -> str:
     for loader in ordered_loaders(frame):
         group = frame[frame["loader"] == loader]
         share = median(limit_shares(group))
-        value = (percent(share) if share is not None else
+        value = (with_past_limit(percent(share), group, share) if share is not None else
                  f"{gflop_rate(median(col(group, 'achieved_gflops')))}, limit not measured")
         parts.append(f"{value} ({loader_name(loader)})")
     return ", ".join(parts) or DASH
@@ -198,7 +200,8 @@ def limit_rows(summary, blog_cells) -> list[dict]:
         best, where = "not measured", ""
         if share.notna().any():
             top = group.loc[share.idxmax()]
-            best = percent(share.max())
+            best = with_past_limit(percent(share.max()), group.loc[[share.idxmax()]],
+                                   share.max())
             where = (f"width {count(top['width'])}, scale" if top["experiment"] ==
                      SCALE_EXPERIMENT else
                      f"batch {count(top['batch_size'])}, {loader_name(top['loader'])}, "

@@ -36,6 +36,7 @@ from mnistbench.report.sections.wording import (
     percent,
     sentence,
     the_device,
+    with_past_limit,
 )
 from mnistbench.report.selections import (
     SCALE_EXPERIMENT,
@@ -348,7 +349,9 @@ def share_or_rate(frame, named: bool = True) -> str:
     measured) of ``frame``'s cells."""
     shares = limit_shares(frame)
     if shares:
-        return f"{percent(median(shares))}" + (" of its limit" if named else "")
+        share = median(shares)
+        return with_past_limit(f"{percent(share)}" + (" of its limit" if named else ""), frame,
+                               share)
     return gflop_rate(median(col(frame, "achieved_gflops")))
 
 
@@ -369,8 +372,11 @@ def _share_by_width(frame) -> str:
     else:
         values = [median(col(frame[frame["width"] == w], "achieved_gflops")) for w in widths]
         fmt, what = gflop_rate, "its achieved arithmetic (limit not measured)"
-    listed = ", ".join(f"{fmt(v)} at {'width ' if i == 0 else ''}{count(w)}"
-                       for i, (w, v) in enumerate(zip(widths, values, strict=True)))
+    limited = values is shares  # a share past 100 % carries its flag
+    listed = ", ".join(
+        with_past_limit(f"{fmt(v)} at {'width ' if i == 0 else ''}{count(w)}",
+                        frame[frame["width"] == w], v if limited else None)
+        for i, (w, v) in enumerate(zip(widths, values, strict=True)))
     known = [v for v in values if v is not None]
     if len(widths) == 1 or len(known) < len(values):
         return f"{what}: {listed}"
@@ -456,7 +462,9 @@ def scale_rows(summary) -> tuple[list[str], list[dict], str]:
                 continue
             shares = limit_shares(mine)
             per_device.append({"rate": num(median(col(mine, "samples_per_s")), 3),
-                               "share": (f"{percent(median(shares))} of its limit" if shares else
+                               "share": (with_past_limit(f"{percent(median(shares))} of its "
+                                                         "limit", mine, median(shares))
+                                         if shares else
                                          f"{gflop_rate(median(col(mine, 'achieved_gflops')))}, "
                                          "limit not measured")})
         gpus = [d for d in shown if d != "cpu"]

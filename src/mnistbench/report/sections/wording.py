@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from mnistbench.report import blog
 from mnistbench.report.formatting import num
-from mnistbench.report.selections import COMPARED_DEVICES, Inputs, device_name, limit_share
+from mnistbench.report.selections import (
+    COMPARED_DEVICES,
+    Inputs,
+    device_name,
+    distinct,
+    limit_share,
+)
 
 #: The loader the sentences prefer: data held in memory (the device's own work), then the
 #: blog's DataLoader.
@@ -60,6 +66,27 @@ def ordered_devices(names) -> list[str]:
 def limit_shares(frame) -> list[float]:
     """Each cell's share of its measured limit (%), the cells without one left out."""
     return [v for v in limit_share(frame).tolist() if v == v]
+
+
+#: What a share of the measured limit above 100 % is called where its cells recorded no
+#: reason (summaries written before ``limit_note``).
+PAST_LIMIT = "past 100 % of the measured limit"
+
+
+def past_limit(frame, share: float | None) -> str:
+    """What a share (%) of ``frame``'s cells above 100 % must carry: the reasons those cells
+    recorded (``limit_note``, mnistbench.results.aggregate.past_limit_reason), else that it
+    is past the limit with none recorded; "" at or below 100 % (or without a share)."""
+    if share is None or share <= 100:
+        return ""
+    notes = distinct(frame, "limit_note")
+    return "; ".join(notes) if notes else f"{PAST_LIMIT}: these results record no reason"
+
+
+def with_past_limit(text: str, frame, share: float | None) -> str:
+    """``text`` (a share written out) with :func:`past_limit`'s flag in brackets, if any."""
+    note = past_limit(frame, share)
+    return f"{text} ({note})" if note else text
 
 
 def not_measured(subject: str, why: str) -> str:
