@@ -244,6 +244,21 @@ def test_runtimes_compare_the_same_cells_in_a_container_with_the_local_runner(tm
         section_of(page, "findings"))
 
 
+def test_the_page_says_what_a_phase_means_on_an_accelerator(full):
+    """The phases and the methodology say that an accelerator's phase is the device's time
+    between event marks, the host's issue time on a loop it cannot keep fed, and that a
+    graph cell's phases are not split; nothing claims a synchronised phase boundary."""
+    html = " ".join(full["html"].split())
+    phases = html[html.index('<section id="phases">'):]
+    phases = phases[:phases.index("</section>")]
+    assert "the phase measures the host's issue time of its kernels, not their device time" \
+        in phases
+    assert "(phase_split graph) times its steps together" in phases
+    assert "drawn as the timed loop draws them" in html
+    assert "nothing synchronises until the epoch ends" in html
+    assert "every phase boundary is synchronised" not in html
+
+
 def test_methodology_documents_model_stats_units_and_command(full):
     """Methodology names the model fix, the warm-up policy, the CI methods, the TPU scope,
     every column with its unit, and the reproducing command."""
