@@ -31,10 +31,25 @@ def settings() -> dict[str, object]:
     return {
         "math_tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
         "math_tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
-        "math_matmul_precision": torch.get_float32_matmul_precision(),
+        "math_matmul_precision": matmul_precision(),
         "math_cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
         "math_deterministic": f"det={det} cudnn={cudnn_det}",
     }
+
+
+def matmul_precision() -> str:
+    """torch's float32 matmul precision (highest, high, medium). Where the legacy switches
+    (``allow_tf32``, ``set_float32_matmul_precision``) and the per-backend ones were mixed,
+    torch refuses the global answer (RuntimeError); then each matmul backend's own, e.g.
+    ``mixed: cuda.matmul ieee, mkldnn.matmul tf32``: a recorder never fails a cell."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        backends = (("cuda.matmul", torch.backends.cuda.matmul),
+                    ("mkldnn.matmul", getattr(torch.backends.mkldnn, "matmul", None)))
+        return "mixed: " + ", ".join(
+            f"{name} {getattr(backend, 'fp32_precision', 'unknown')}"
+            for name, backend in backends if backend is not None)
 
 
 def conv_kernel_names(names: Iterable[str]) -> str:
