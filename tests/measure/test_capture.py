@@ -160,6 +160,29 @@ def test_the_captured_step_makes_no_optimizer_state(request, monkeypatch, impl) 
     assert all(opt.state[p]["step"].item() == 2 for p in params)
 
 
+def test_a_replayed_epoch_reads_nothing_back_to_the_host(monkeypatch) -> None:
+    """The batch is selected, the loss recorded and the counter advanced on the device: an
+    epoch of replays makes no host read (what a graph could not hold); the losses are read
+    once, after it."""
+    images, labels = _split(100)
+    cell = trainer.Trainer(_cfg(implementation=GRAPH), torch.device("cpu"), init_seed=0)
+    graphs = capture.StepGraphs(cell, images, labels, 32, 4, capture=False)
+    graphs.capture_graphs()
+    graphs.begin_epoch(torch.randperm(100, generator=torch.Generator().manual_seed(0)))
+
+    def host_read(self, *args, **kwargs):
+        raise AssertionError("a host read inside the replayed steps")
+
+    with monkeypatch.context() as patch:
+        for name in ("item", "tolist", "__bool__", "__int__", "__float__", "numpy"):
+            patch.setattr(torch.Tensor, name, host_read)
+        for step in range(4):
+            graphs.replay(step)
+    losses, sizes = graphs.take_losses(4)
+    assert sizes == [32, 32, 32, 4] and all(v > 0 for v in losses)
+    assert graphs.step_index.item() == 4
+
+
 def test_a_graph_cell_trains_as_the_tuned_cell_with_the_fallback_adam(fallback_adam) -> None:
     """With torch.optim.Adam(fused=True, capturable=True) (the fallback of a graph cell)
     the replayed steps give the eager tuned cell's parameters bit for bit."""
