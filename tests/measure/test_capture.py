@@ -223,8 +223,8 @@ def test_a_graph_cell_records_what_it_measured(tmp_path, tiny_mnist) -> None:
     graph, graph_rows = _read(runs / "graph")
     tuned, tuned_rows = _read(runs / "tuned")
     assert [r["train_loss"] for r in graph_rows] == [r["train_loss"] for r in tuned_rows]
-    assert graph["timing"]["phase_split"] == capture.PHASE_SPLIT_GRAPH
-    assert tuned["timing"]["phase_split"] == capture.PHASE_SPLIT_STEPS
+    assert graph["timing"]["phase_split"] == schema.PHASE_SPLIT_GRAPH
+    assert tuned["timing"]["phase_split"] == schema.PHASE_SPLIT_STEPS
     assert graph["params"]["eval_batch_size"] == 64  # the whole (limited) test split
     assert graph["params"]["cuda_graphs"] is False
     for row in graph_rows:
@@ -296,7 +296,7 @@ def test_on_cuda_the_graphs_replay_the_eager_training(tmp_path, tiny_mnist, prec
     graph, graph_rows = _read(tmp_path / "graph")
     _, tuned_rows = _read(tmp_path / "tuned")
     assert graph["params"]["cuda_graphs"] is True
-    assert graph["timing"]["phase_split"] == capture.PHASE_SPLIT_GRAPH
+    assert graph["timing"]["phase_split"] == schema.PHASE_SPLIT_GRAPH
     assert graph["params"]["math_conv_kernels"]
     for g, t in zip(graph_rows, tuned_rows, strict=True):
         assert float(g["train_loss"]) == pytest.approx(float(t["train_loss"]), rel=0.15)

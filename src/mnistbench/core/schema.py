@@ -359,6 +359,12 @@ EPOCH_COLUMNS: dict[str, tuple[str, str]] = {
 
 #: Phases of a training step, in order, then evaluation.
 PHASES = ("data", "forward", "backward", "optimizer", "eval")
+#: What ``timing.phase_split`` records: every phase of every step marked, or the steps
+#: replayed as one CUDA graph (mnistbench.measure.capture), whose phases
+#: :data:`GRAPH_UNSPLIT` cannot be told apart: empty in its summary and epoch rows.
+PHASE_SPLIT_STEPS = "per-step"
+PHASE_SPLIT_GRAPH = "graph"
+GRAPH_UNSPLIT = ("forward", "backward", "optimizer")
 
 RESOURCE_COLUMNS: dict[str, tuple[str, str]] = {
     "t_s": ("s", "time since the sampler started"),

@@ -19,8 +19,8 @@ optimizer step in one graph, with static inputs); :class:`StepGraphs` applies it
   warm-up having run the same step eagerly first (on a side stream on CUDA, as PyTorch asks);
 - each epoch is: the order copied in, the counter reset, one replay per step; the epoch is
   timed with events around the replays. Forward, backward and optimizer cannot be told apart
-  inside a graph: the cell records them as empty (``timing.phase_split`` = ``graph``), never
-  as invented shares;
+  inside a graph: the cell records them as empty (``timing.phase_split`` =
+  :data:`mnistbench.core.schema.PHASE_SPLIT_GRAPH`), never as invented shares;
 - the evaluation runs eagerly, in large batches (the whole test split by default).
 
 Off CUDA (and in the tests) nothing is captured: :meth:`StepGraphs.replay` runs the same step
@@ -37,11 +37,6 @@ import torch
 from torch.nn import functional as F
 
 from mnistbench.measure import optim
-
-#: What ``timing.phase_split`` records for a cell whose steps replay as one graph.
-PHASE_SPLIT_GRAPH = "graph"
-#: ... and for a cell that marks every phase of every step.
-PHASE_SPLIT_STEPS = "per-step"
 
 
 class StepGraphs:

@@ -16,16 +16,13 @@ import math
 import time
 
 from mnistbench.core import schema
-from mnistbench.measure import capture, disturbance
+from mnistbench.measure import disturbance
 from mnistbench.measure.cellconfig import TrainConfig
 from mnistbench.measure.loaders import Loaders
 from mnistbench.measure.monitor import ResourceMonitor
 from mnistbench.measure.progress import Progress
 from mnistbench.measure.timing import phase_timer, synchronize
 from mnistbench.measure.trainer import Trainer
-
-#: The phases of a step a whole-step graph does not split (measure.capture): empty columns.
-GRAPH_UNSPLIT = ("forward", "backward", "optimizer")
 
 
 class NonFiniteLoss(Exception):
@@ -63,7 +60,7 @@ def train_epochs(trainer: Trainer, loaders: Loaders, cfg: TrainConfig, monitor: 
             timer.mark("data")
             for step in range(steps_per_epoch):
                 graphs.replay(step)
-            timer.mark(capture.PHASE_SPLIT_GRAPH)
+            timer.mark(schema.PHASE_SPLIT_GRAPH)
             steps = steps_per_epoch
             samples = sum(graphs.size_of(i) for i in range(steps))
         else:
@@ -104,7 +101,7 @@ def epoch_row(epoch: int, steps: int, samples: int, phases: dict[str, float], wa
     replayed one graph (forward, backward and optimizer not measured apart)."""
     train_s = sum(v for p, v in phases.items() if p != "eval")
     # Phases a graph holds together are not measured apart: empty, never invented.
-    unsplit: set[str] = set(GRAPH_UNSPLIT) if graphed else set()
+    unsplit: set[str] = set(schema.GRAPH_UNSPLIT) if graphed else set()
     return {
         "epoch": epoch,
         "steps": steps,

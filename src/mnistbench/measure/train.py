@@ -168,8 +168,8 @@ def execute(run: CellRun) -> None:
             run.trainer.graphs = capture.StepGraphs(
                 run.trainer, loaders.train.images, loaders.train.labels, cfg.batch_size,
                 steps_per_epoch_of(loaders, cfg), capture=device.type == "cuda")
-        timing["phase_split"] = (capture.PHASE_SPLIT_STEPS if run.trainer.graphs is None
-                                 else capture.PHASE_SPLIT_GRAPH)
+        timing["phase_split"] = (schema.PHASE_SPLIT_STEPS if run.trainer.graphs is None
+                                 else schema.PHASE_SPLIT_GRAPH)
         progress = Progress.for_cell(cfg.quiet)
         warmup_start = time.perf_counter()
         with time_limit(cfg.time_limit):

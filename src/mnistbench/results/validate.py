@@ -232,15 +232,17 @@ OK_REQUIRED = {
                 "final_train_loss"),
     "timing": ("started_at", "ended_at", "start_unix", "end_unix", "timed_s"),
 }
-#: The phases a cell whose steps replay as one CUDA graph (timing.phase_split "graph",
-#: mnistbench.measure.capture) does not split: empty in its summary and epoch rows.
-GRAPH_UNSPLIT = ("forward_s", "backward_s", "optimizer_s")
+#: The phase fields a cell whose steps replay as one CUDA graph (timing.phase_split
+#: schema.PHASE_SPLIT_GRAPH, mnistbench.measure.capture) does not split: empty in its summary
+#: and epoch rows.
+GRAPH_UNSPLIT = tuple(f"{phase}_s" for phase in schema.GRAPH_UNSPLIT)
 
 
 def _unsplit(cell: Cell) -> tuple[str, ...]:
     """The phase fields ``cell`` leaves empty by design (:data:`GRAPH_UNSPLIT` for a graph
     cell, none otherwise)."""
-    return GRAPH_UNSPLIT if cell.sections.get("timing", {}).get("phase_split") == "graph" else ()
+    split = cell.sections.get("timing", {}).get("phase_split")
+    return GRAPH_UNSPLIT if split == schema.PHASE_SPLIT_GRAPH else ()
 
 
 #: CSV columns every row must have a value in.
