@@ -111,6 +111,11 @@ def test_the_lease_plan_measures_both_devices_and_fits_7_minutes_on_16_cores(tmp
     assert "convergence/cpu-fp32-resident-b128-r0: epochs 1-" in proc.stdout
     total = float(proc.stdout.split("in all")[1].split("s")[0])
     assert total <= 450
+    # docs/gpu.md prints this estimate: every line of it as the script gives it.
+    doc = (ROOT / "docs" / "gpu.md").read_text(encoding="utf-8")
+    block = doc.split("estimate for a 16-core host (cuda, cpu; ...; budget 380 s):\n")[1]
+    for line in block.split("```")[0].splitlines():
+        assert line in proc.stdout.splitlines(), line
     gpu_study = gpu_study_module()
     ordered = gpu_study.ordered(cells)
     kinds = [c.experiment for c in ordered]
