@@ -92,6 +92,8 @@ def profile_cell(cfg, steps: int = DEFAULT_STEPS) -> tuple[dict, str]:
 
     cfg.validate()
     cfg.fill_eval_batch_size()
+    if cfg.threads:  # as the cell's own process sets them
+        torch.set_num_threads(cfg.threads)
     device = backends.pick_device(cfg.device)
     seeds = stream_seeds(cfg.seed)
     torch.manual_seed(seeds["dropout"])
