@@ -370,7 +370,10 @@ def csv_safe(value: object) -> str:
 # ---------------------------------------------------------------------------------------------
 # Standard output
 class StdoutError(OSError):
-    """Standard output cannot be written (a full disk, ``> /dev/full``, a closed pipe)."""
+    """Standard output cannot be written (a full disk, ``> /dev/full``, a closed pipe).
+    ``why``: the system's reason (``No space left on device``)."""
+
+    why = ""
 
     def __str__(self) -> str:
         return str(self.strerror)
@@ -385,9 +388,20 @@ def write_stdout(text: str, what: str = "the output") -> None:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
-    except OSError as exc:
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise StdoutError(exc.errno or 0, f"cannot write {what} to stdout: "
-                          f"{exc.strerror or exc} (a full disk, or a closed pipe); redirect "
-                          "it to a file on a disk with room") from None
+    except OSError as exc:  # a StdoutError too (the CLI's guarded stdout): named again
+        raise stdout_error(exc, what) from None
+
+
+def stdout_error(exc: OSError, what: str = "the output") -> StdoutError:
+    """The :class:`StdoutError` of a failed write of ``what`` to stdout (``exc``), with the
+    process's stdout then pointed at /dev/null so that Python's flush at exit does not fail
+    again with a traceback (or exit 120)."""
+    import sys
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+    why = exc.why if isinstance(exc, StdoutError) else (exc.strerror or str(exc))
+    error = StdoutError(exc.errno or 0, f"cannot write {what} to stdout: {why} (a full disk, "
+                        "or a closed pipe); redirect it to a file on a disk with room")
+    error.why = why
+    return error
