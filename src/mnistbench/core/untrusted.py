@@ -171,11 +171,19 @@ def read_text_file(path: Path | str, *, max_bytes: int = MAX_CONFIG_BYTES) -> st
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UnsafeFile(path, exc.strerror or "cannot be opened", exc.errno or 0) from None
-    with os.fdopen(fd, "rb") as handle:
+    try:
+        # fstat before fdopen: fdopen of a folder raises IsADirectoryError (a traceback).
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFile(path, f"not a regular file but {_kind(st.st_mode)}")
-        raw = handle.read(max_bytes + 1)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except UnsafeFile:
+        raise
+    except OSError as exc:
+        raise UnsafeFile(path, f"unreadable ({exc.strerror})", exc.errno or 0) from None
+    finally:
+        os.close(fd)
     if len(raw) > max_bytes:
         raise UnsafeFile(path, f"more than the {max_bytes} bytes such a file may hold",
                          errno.EFBIG)

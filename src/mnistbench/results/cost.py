@@ -272,6 +272,10 @@ def load_model(path: Path | None) -> CostModel:
         raise CostError(f"cost model {path} is not valid {kind} ({where}: "
                         f"{getattr(exc, 'problem', None) or getattr(exc, 'msg', 'syntax')}). "
                         "Fix the syntax.") from None
+    if data is None:  # an empty file, or only comments: "got NoneType" says too little
+        raise CostError(f"cost model {path} is empty (no keys). Give a complete model "
+                        "(docs/report.md has one to start from), or leave --cost-model out to "
+                        "use the built-in model.")
     return validate(data, str(path))
 
 
