@@ -202,3 +202,25 @@ def test_a_regular_file_and_a_link_to_one_are_replaced(tmp_path):
     assert (tmp_path / "old.txt").read_text() == "new"
     assert (tmp_path / "real.txt").read_text() == "real"
     assert not (tmp_path / "link.txt").is_symlink()
+
+
+def test_a_target_under_a_file_names_that_file_not_errno_17(tmp_path, capsys):
+    """Weak case of the sweep of issue 41: a target under a file (`env --collect-env
+    notes.txt/env.txt`, `report --out notes.txt/x/index.html`) failed with "[Errno 17] File
+    exists: 'notes.txt'", which names no fix. Now the file in the way is named, with the
+    fix; nothing is written, the file is kept."""
+    from mnistbench import cli
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    for target in (notes / "env.txt", notes / "x" / "index.html"):
+        with pytest.raises(atomic.UnderAFile) as info:
+            atomic.write_text(target, "new")
+        assert str(info.value) == (f"{notes} is a file, not a folder, so {target} cannot be "
+                                   "written under it: move that file out of the way, or "
+                                   "write elsewhere")
+        assert isinstance(info.value, OSError) and info.value.blocking == str(notes)
+    assert notes.read_text() == "mine" and list(tmp_path.iterdir()) == [notes]
+    assert cli.main(["env", "--collect-env", str(notes / "env.txt")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Errno" not in err[0] and f"{notes} is a file" in err[0], err

@@ -107,6 +107,20 @@ class NotARegularFile(OSError):
         return str(self.strerror)
 
 
+class UnderAFile(NotADirectoryError):
+    """A write's target lies under a file (``--out notes.txt/report.html``): its folder can
+    never be made. ``filename`` is the target, ``blocking`` the file in the way."""
+
+    def __init__(self, path: Path | str, blocking: Path | str) -> None:
+        super().__init__(errno.ENOTDIR, f"{blocking} is a file, not a folder, so {path} "
+                         "cannot be written under it: move that file out of the way, or "
+                         "write elsewhere", str(path))
+        self.blocking = str(blocking)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def file_kind(mode: int) -> str:
     """What the file of ``mode`` (an ``os.stat`` ``st_mode``) is, in words: "a folder",
     "a FIFO (named pipe)", "a character device", ..."""
@@ -138,7 +152,13 @@ def atomic_open(path: Path | str, mode: str = "w", **kwargs) -> Iterator[IO]:
     (writing nothing) when ``path`` is a device, FIFO, socket or folder."""
     path = Path(path)
     check_target(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # "[Errno 17] File exists" named no fix
+        blocking = blocking_file(path.parent)
+        if blocking is None:
+            raise
+        raise UnderAFile(path, blocking) from None
     remove_dead(path.parent, f".{path.name}.", ".part")  # a killed writer's temporary
     fd, tmp = tempfile.mkstemp(prefix=owner_prefix(f".{path.name}."), suffix=".part",
                                dir=path.parent)
