@@ -112,3 +112,33 @@ def test_stdout_still_works_as_a_stream_for_a_command(capsys, tmp_path):
     assert cli.main(["env-name"]) == 0
     assert capsys.readouterr().out.strip()
     assert sys.stdout is before
+
+
+def test_an_empty_path_is_a_usage_error_never_the_current_folder(tmp_path, capsys,
+                                                                  monkeypatch):
+    """Weak case of the sweep of issue 41: an empty path (`--dest ""`, an unset shell
+    variable) was read as the current folder without a word: `fetch --dest ""` wrote MNIST
+    into it, `aggregate ""` aggregated it, `lock-file ""` told the user to remove `.`. Every
+    path option and argument of every subcommand now refuses it: exit 2 naming the
+    option, before anything is read or written."""
+    import pytest
+
+    monkeypatch.chdir(tmp_path)
+    cases = [["fetch", "--dest", ""], ["aggregate", ""], ["lock-file", " "],
+             ["report", "--out", ""], ["pack", "--out", "", "alpha"], ["unpack", ""],
+             ["table", "--results", ""], ["publish", "--check", "--report", ""],
+             ["env", "--collect-env", ""], ["estimate", "--plan", ""],
+             ["cost-model", "--config-json", "{}", "--out", ""],
+             ["peak", "--out", "", "--record-failure", "x"],
+             ["train", "--out", ""], ["train", "--out", "cell", "--data", ""]]
+    for argv in cases:
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        err = capsys.readouterr().err
+        assert info.value.code == 2, argv
+        assert "is empty" in err and "give a path (. for the current folder)" in err, err
+    assert list(tmp_path.iterdir()) == []
+    # every option that takes a path completes file names, and takes this type
+    for name, parser in subcommands(cli.build_parser()).items():
+        for action in parser._actions:
+            assert action.type is not Path, f"{name} {action.option_strings}: type=Path"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mnistbench.core import untrusted
+from mnistbench.core.options import path_of
 from mnistbench.launch.estimate import PLAN_FILE, Plan, progress_summary
 
 #: The largest plan.json read: 100 MiB, some 500,000 cells (a study's is a few hundred KiB).
@@ -22,7 +23,7 @@ def register(sub) -> None:
         "first cell, the cells and the estimated total with a range; once cells are done, "
         "how many and the time left, refitted from them (docs/workflow.md). To size a study "
         "before running it: `snakemake -n`, whose last line is the same estimate.")
-    p.add_argument("--plan", type=Path, default=Path("results/logs/estimate", PLAN_FILE),
+    p.add_argument("--plan", type=path_of, default=Path("results/logs/estimate", PLAN_FILE),
                    help="the execution's plan (default: %(default)s)")
     p.set_defaults(func=command)
 

@@ -148,6 +148,16 @@ def batch_problem(batch_size: int, train_limit: int, max_batch: bool = False) ->
             f"recorded {batch_size}; {fix}")
 
 
+def path_of(text: str) -> Path:
+    """A path given on the command line; an empty one (``--out ""``, an unset shell
+    variable) is refused rather than read as the current folder, which wrote into it or
+    aggregated it without a word."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"is empty ({text!r}): give a path (. for the "
+                                         "current folder); an unset shell variable, perhaps")
+    return Path(text)
+
+
 def positive_float(text: str) -> float:
     """A finite float greater than 0 (NaN and inf are refused)."""
     value = float(text)
@@ -166,9 +176,9 @@ def non_negative_float(text: str) -> float:
 
 def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Declare every option of `mnistbench train` on ``p`` and return it."""
-    p.add_argument("--data", type=Path, default=Path("resources/mnist"),
+    p.add_argument("--data", type=path_of, default=Path("resources/mnist"),
                    help="folder with the four verified MNIST IDX files (default: %(default)s)")
-    p.add_argument("--out", type=Path, required=True, help="output folder of the cell")
+    p.add_argument("--out", type=path_of, required=True, help="output folder of the cell")
     p.add_argument("--device", choices=DEVICES, default="cpu",
                    help="cpu; cuda (NVIDIA CUDA, or AMD ROCm/HIP with torch's ROCm build); xpu "
                    "(Intel GPU); mps (Apple silicon)")
