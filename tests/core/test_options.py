@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mnistbench.core import options
+from mnistbench.core import options, study
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,6 +26,30 @@ def test_train_width_past_the_cap_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x", "--width", "1000"])
     assert "wider than 16, the widest network the study trains" in capsys.readouterr().err
+
+
+def test_train_names_and_tip_that_no_result_may_hold_are_usage_errors(capsys):
+    """Weak case of the sweep of issue 41 (the MNISTBENCH_ENV class, on train's flags):
+    `train --env ../x`, `--experiment 'a b'`, `--cell ../c` or `--tip '<b>'` ran the cell
+    and recorded the name, which the aggregate then refused (or filed failed). Now exit 2
+    naming the flag, the value and a name to pass; every cell of the default study still
+    parses."""
+    parser = options.train_parser()
+    for flag, value, words in (("--env", "../x", "pass 'x'"),
+                               ("--env", "日本語", "pass a name such as 'lab-gpu'"),
+                               ("--env", "", "pass a name such as 'lab-gpu'"),
+                               ("--experiment", "a b", "pass 'a-b'"),
+                               ("--cell", "../c", "pass 'c'"),
+                               ("--tip", "<b>", "is not a tip of the study; pass one of")):
+        with pytest.raises(SystemExit) as info:
+            parser.parse_args(["--out", "x", flag, value])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and f"argument {flag}: {value!r}" in err, err
+        assert words in err and "Traceback" not in err
+    args = parser.parse_args(["--out", "x", "--env", "lab-gpu", "--tip", "workers=4"])
+    assert (args.env, args.tip) == ("lab-gpu", "workers=4")
+    for tip in study.TIP_NAMES:
+        assert parser.parse_args(["--out", "x", "--tip", tip]).tip == tip
 
 
 def test_the_width_cap_is_the_configs():

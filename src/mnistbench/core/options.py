@@ -158,6 +158,30 @@ def path_of(text: str) -> Path:
     return Path(text)
 
 
+def folder_name_of(text: str) -> str:
+    """A name that files a cell (``--env``, ``--experiment``, ``--cell``): a plain folder
+    name under results/runs, used as given or refused, never renamed (``../x`` was recorded
+    as it was, and the cell refused only at the aggregate)."""
+    from mnistbench.core.study import MAX_NAME_LEN, safe_name
+
+    name = safe_name(text, default="")
+    if not text or name != text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a plain folder name under results/runs (A-Z a-z 0-9 . _ -, at "
+            f"most {MAX_NAME_LEN} characters, not starting or ending with . _ -): "
+            + (f"pass {name!r}" if name else "pass a name such as 'lab-gpu'"))
+    return text
+
+
+def tip_of(text: str) -> str:
+    """A lever of the tips experiment (:data:`mnistbench.core.study.TIP_NAMES`), or empty for
+    none; anything else would record a tip no result may hold."""
+    if text and text not in TIP_NAMES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a tip of the study; pass one of "
+                                         f"{', '.join(TIP_NAMES)}, or leave --tip out")
+    return text
+
+
 def positive_float(text: str) -> float:
     """A finite float greater than 0 (NaN and inf are refused)."""
     value = float(text)
@@ -248,14 +272,17 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--time-limit", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="wall-clock limit of the warm-up and timed epochs; a cell that reaches "
                    "it is recorded as failed and exits 12 (0: no limit)")
-    p.add_argument("--env", default=None,
+    p.add_argument("--env", type=folder_name_of, default=None,
                    help="environment name recorded in the summary (default: $MNISTBENCH_ENV "
                    "or the host name)")
-    p.add_argument("--experiment", default="adhoc", help="experiment name recorded")
-    p.add_argument("--cell", default=None, help="cell id recorded (default: --out's name)")
+    p.add_argument("--experiment", type=folder_name_of, default="adhoc",
+                   help="experiment name recorded")
+    p.add_argument("--cell", type=folder_name_of, default=None,
+                   help="cell id recorded (default: --out's name)")
     p.add_argument("--repeat", type=non_negative_int, default=0, help="repeat index recorded")
-    p.add_argument("--tip", default="", help="the tips experiment's lever this cell measures "
-                   "(recorded; mnistbench.core.study.TIPS; default: none)")
+    p.add_argument("--tip", type=tip_of, default="",
+                   help="the tips experiment's lever this cell measures (recorded; "
+                   "mnistbench.core.study.TIPS; default: none)")
     p.add_argument("--quiet", action="store_true",
                    help="print nothing but errors: no progress bar, no result line, no "
                    "summary path (what the workflow passes)")
