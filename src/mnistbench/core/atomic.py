@@ -133,6 +133,20 @@ def file_kind(mode: int) -> str:
     return "a special file"
 
 
+def not_there(path: Path | str, wanted: str = "a regular file") -> str:
+    """Why ``path`` is not ``wanted`` (``a regular file``, ``a folder``), in words for an
+    error: ``does not exist``, ``is a folder, not a regular file``, ``is a symbolic link to
+    nothing``; a folder named in place of a file was said not to exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ("is a symbolic link to nothing" if os.path.islink(path)
+                else "does not exist")
+    except OSError as exc:
+        return f"cannot be looked at ({exc.strerror})"
+    return f"is {file_kind(mode)}, not {wanted}"
+
+
 def check_target(path: Path | str) -> None:
     """Raise :class:`NotARegularFile` when ``path`` exists (following symbolic links) and is
     not a regular file; nothing there, or a path that cannot be looked at (the write then
