@@ -384,3 +384,26 @@ def test_a_plan_that_no_study_wrote_is_one_paragraph_naming_the_key(tmp_path, ca
         assert err[0].startswith(f"mnistbench estimate: error: cannot read the plan {path} (")
         assert words in err[0], (name, err[0])
     assert est.Plan.from_json(plan.to_json()) == plan  # what the workflow writes still reads
+
+
+def test_a_peak_record_or_summary_nested_deep_or_with_a_word_is_passed_over(tmp_path):
+    """Weak case of the sweep of issue 41 (deep nesting): `estimate` (and the estimate of
+    `snakemake -n`) read runs/ENV/peak/cpu.json and every done cell's summary.json with
+    json.loads: one nested 5000 deep was a RecursionError traceback, a gflops of "fast" a
+    ValueError. Such a record now gives the default limit, such a summary no observation,
+    as an unreadable one did."""
+    default = (2 * est.DEFAULT_PEAK_GFLOPS["cpu"], False)
+    record = write_peak(tmp_path, {"fp32": 100.0})
+    deep = "[" * 5000 + "]" * 5000
+    for text in (deep, json.dumps({"rows": [{"kernel": "matmul", "precision": "fp32",
+                                             "gflops": "fast"}]}),
+                 json.dumps({"rows": [{"kernel": "matmul", "precision": "fp32",
+                                       "gflops": float("nan")}]})):
+        record.write_text(text)
+        assert est.peak_gflops(tmp_path, ENV, "cpu", "fp32", cores=2) == default
+    done = cell()
+    plan = est.Plan.of_cells([done], [], str(tmp_path), 2, [ENV])
+    summary = write_summary(tmp_path, done)
+    assert est.summary_observation(summary, plan) is not None
+    summary.write_text(deep)
+    assert est.summary_observation(summary, plan) is None

@@ -113,6 +113,23 @@ def test_pack_then_unpack_merges_the_environment_beside_the_existing_one(tmp_pat
     assert sorted({row.split(",")[0] for row in rows}) == ["alpha", "beta"]
 
 
+def test_pack_as_another_name_refuses_a_summary_nested_deep_in_one_paragraph(tmp_path,
+                                                                             capsys):
+    """Weak case of the sweep of issue 41 (deep nesting): `pack --as NAME` renamed each
+    cell's environment through json.loads, so a summary.json nested 5000 deep was a
+    RecursionError traceback. It is now read bounded: one paragraph naming the file and
+    the fix; no archive."""
+    runs = tmp_path / "runs"
+    small_study(runs)
+    summary = next(runs.glob(f"{ENV}/*/*/summary.json"))
+    summary.write_text("[" * 5000 + "]" * 5000)
+    out = tmp_path / "gamma.tar.gz"
+    assert cli.main(["pack", ENV, "--runs", str(runs), "--as", "gamma", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(summary) in err[0], err
+    assert "nested deeper than 64 levels" in err[0] and not out.exists()
+
+
 def test_pack_as_another_name_merges_beside_an_environment_of_the_same_name(tmp_path):
     """Two machines with one host name (so one default environment name): packed with --as,
     the first lands beside the second under the new name; each cell's params.env is the new

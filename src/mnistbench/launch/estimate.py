@@ -168,14 +168,18 @@ def peak_gflops(runs: str | os.PathLike[str], env: str, device: str, precision: 
     row, else :data:`DEFAULT_PEAK_GFLOPS` (False)."""
     path = Path(runs, env, schema.PEAK_DIR, schema.peak_file(device))
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        # bounded: a record nested 5000 deep was a RecursionError in `estimate` (and -n)
+        record = untrusted.loads_strict(path.read_text(encoding="utf-8"))
         rows = record.get("rows") or []
-    except (OSError, ValueError, AttributeError):
-        rows = []
-    for wanted in (precision, "fp32"):
-        row = schema.best_peak_row(rows, wanted)
-        if row is not None and row.get("gflops"):
-            return float(row["gflops"]), True
+        for wanted in (precision, "fp32"):
+            row = schema.best_peak_row(rows, wanted)
+            if row is not None and row.get("gflops"):
+                gflops = float(row["gflops"])
+                if math.isfinite(gflops) and gflops > 0:  # a word or NaN: the default
+                    return gflops, True
+                break
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
     default = DEFAULT_PEAK_GFLOPS.get(device, DEFAULT_PEAK_GFLOPS["cpu"])
     return default * (max(1, cores) if device in PER_CORE else 1), False
 
@@ -338,7 +342,7 @@ def summary_observation(path: Path, plan: Plan, wall_s: float | None = None
     unreadable one): its work from its recorded params, its wall time ``wall_s`` (the study's
     time on it) or else its process's (timed, warm-up and overhead s)."""
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary = untrusted.loads_strict(path.read_text(encoding="utf-8"))  # bounded
         if summary.get("status") != "ok":
             return None
         p, t = summary["params"], summary["timing"]
@@ -353,7 +357,7 @@ def summary_observation(path: Path, plan: Plan, wall_s: float | None = None
                           width=int(p.get("width") or 1))
         if wall_s is None:
             wall_s = float(t["timed_s"]) + float(t["warmup_s"] or 0) + float(t["overhead_s"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     work = cell_work(cell)
     return Observation(code=work.code, x=plan.x(work)[0], wall_s=wall_s)

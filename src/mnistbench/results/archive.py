@@ -188,9 +188,9 @@ def _pack_renamed(runs: Path, env: str, new: str, out: Path | None, log) -> Path
             target.parent.mkdir(parents=True, exist_ok=True)
             if path.name == schema.SUMMARY_FILE and _depth(path, root) == 3:
                 try:
-                    data = json.loads(path.read_text(encoding="utf-8"))
+                    data = validate.read_json_strict(path)  # bounded (a RecursionError)
                     data["params"]["env"] = new
-                except (ValueError, KeyError, TypeError) as exc:
+                except (OSError, ValueError, KeyError, TypeError) as exc:
                     raise ArchiveError(f"{path}: cannot rename its environment ({exc}); "
                                        f"{validate.FIX}, then pack again.") from None
                 atomic.write_json(target, data)
