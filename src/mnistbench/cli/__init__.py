@@ -9,7 +9,8 @@ the order of ``--help``. What more than one module needs is public in
 
 Exit codes: 0 success; 1 bad input (data, results, config) or an output folder that cannot
 be written (a file in the way, no permission, a full disk), each with a one-paragraph message
-naming the path and the fix; 2 usage error; for ``train`` the cell statuses of
+naming the path and the fix, or a stdout that cannot be written (one line,
+:func:`mnistbench.cli.common.guarded_stdout`); 2 usage error; for ``train`` the cell statuses of
 :data:`mnistbench.core.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed); 130 after
 SIGINT (Ctrl-C), 143 after SIGTERM and 129 after SIGHUP, which ``fetch``, ``aggregate``,
 ``report``, ``pack``, ``unpack``, ``publish``, ``peak`` and ``cost-model`` handle as an error
