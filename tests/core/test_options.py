@@ -52,6 +52,49 @@ def test_train_names_and_tip_that_no_result_may_hold_are_usage_errors(capsys):
         assert parser.parse_args(["--out", "x", "--tip", tip]).tip == tip
 
 
+def test_threads_workers_and_times_past_the_configs_caps_are_usage_errors(capsys):
+    """Weak cases of the sweep of issue 41 (the `--width 1000` class: the config caps it,
+    the flag did not): `train --threads 100000` crashed the process (SIGSEGV in torch),
+    `--workers 100000` hung it starting workers, `--time-limit 1e308` and
+    `--sample-interval 1e308` overflowed the clock (OverflowError tracebacks), and
+    `--sample-interval 1e-300` busy-looped the sampler beside the timed work. Each is now
+    exit 2 naming the flag and its range; `peak --threads` and `run-peak --threads` too."""
+    from mnistbench import cli
+
+    parser = options.train_parser()
+    for flag, value, words in (
+            ("--threads", "100000", "100000 is more than 1024, the most a cell of the study "
+             "takes (config key threads caps it too): pass 0 to 1024"),
+            ("--workers", "65", "65 is more than 64"),
+            ("--time-limit", "1e308", "must be a finite number from 0 to 604800 s"),
+            ("--time-limit", "nan", "got nan"),
+            ("--sample-interval", "1e308", "must be a finite number from 0.01 to 3600 s"),
+            ("--sample-interval", "1e-300", "got 1e-300")):
+        with pytest.raises(SystemExit) as info:
+            parser.parse_args(["--out", "x", flag, value])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and f"argument {flag}: " in err and words in err, err
+    args = parser.parse_args(["--out", "x", "--threads", "1024", "--workers", "64",
+                              "--time-limit", "604800", "--sample-interval", "0.05"])
+    assert (args.threads, args.workers, args.time_limit) == (1024, 64, 604800.0)
+    for argv in (["peak", "--out", "x", "--threads", "2000"],
+                 ["run-peak", "--log", "l", "--device", "cpu", "--out", "x", "--threads",
+                  "2000"]):
+        with pytest.raises(SystemExit) as info:
+            cli.main(argv)
+        assert info.value.code == 2 and "2000 is more than 1024" in capsys.readouterr().err
+
+
+def test_the_caps_of_threads_workers_and_time_limit_are_the_configs():
+    """options.MAX_THREADS, MAX_WORKERS and MAX_TIME_LIMIT_S are the config schema's
+    maxima of threads, workers and $defs.time_limit: one number each."""
+    spec = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    caps = {key: spec["properties"][key]["maximum"] for key in ("threads", "workers")}
+    caps["time_limit"] = spec["$defs"]["time_limit"]["maximum"]  # each experiment's
+    assert caps == {"threads": options.MAX_THREADS, "workers": options.MAX_WORKERS,
+                    "time_limit": options.MAX_TIME_LIMIT_S}
+
+
 def test_the_width_cap_is_the_configs():
     """options.MAX_WIDTH and the config schema's $defs.width maximum are one number."""
     spec = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())

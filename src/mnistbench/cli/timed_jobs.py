@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mnistbench.core.devices import DEVICES, PRECISIONS
-from mnistbench.core.options import non_negative_int, path_of
+from mnistbench.core.options import path_of, threads_of
 from mnistbench.launch import machinelock, timedjob
 
 
@@ -60,7 +60,7 @@ def register(sub: Any) -> None:
     peak.add_argument("--precision", action="append", choices=PRECISIONS, default=None,
                       dest="precisions", metavar="PRECISION",
                       help="a precision to measure (repeatable; none: peak's own default)")
-    peak.add_argument("--threads", type=non_negative_int, default=0,
+    peak.add_argument("--threads", type=threads_of, default=0,
                       help="torch intra-op CPU threads (0: torch's default)")
     peak.add_argument("--out", type=path_of, required=True, help="the record to write (JSON)")
     peak.set_defaults(func=peak_command)

@@ -45,6 +45,16 @@ SETTING_CHOICES: dict[str, tuple[str, ...]] = {
 #: The widest network a cell may train (``--width``; the config's ``$defs.width`` maximum,
 #: workflow/schemas/config.schema.yaml): x16 is 256x the FLOPs of x1 already.
 MAX_WIDTH = 16
+#: The most intra-op threads and DataLoader workers a cell may ask for, and its longest time
+#: limit in s (the config's maxima of threads, workers and time_limit; a test holds each to
+#: the schema's number): torch.set_num_threads(100000) crashed the process (SIGSEGV), 100000
+#: workers hung it, and a limit of 1e308 s overflowed the clock.
+MAX_THREADS = 1024
+MAX_WORKERS = 64
+MAX_TIME_LIMIT_S = 604_800
+#: The resource sampler's period, in s: from 10 ms (a shorter one busy-loops beside the timed
+#: work) to an hour (1e308 overflowed the clock). Not a config key.
+SAMPLE_INTERVAL_S = (0.01, 3600.0)
 #: Flags that only a ``dataloader`` cell uses; a ``resident`` cell records them as null (not
 #: applicable), whatever was passed (the workflow passes the study-wide values to every cell).
 DATALOADER_ONLY = ("workers", "pin_memory")
@@ -116,6 +126,36 @@ def width_of(text: str) -> int:
             f"{value} is wider than {MAX_WIDTH}, the widest network the study trains (config "
             f"key experiments.scale.widths caps it too): pass 1 to {MAX_WIDTH}")
     return value
+
+
+def capped_int(high: int, key: str):
+    """An argparse type: an int from 0 to ``high``, the config ``key``'s maximum."""
+    def parse(text: str) -> int:
+        value = non_negative_int(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(
+                f"{value} is more than {high}, the most a cell of the study takes (config key "
+                f"{key} caps it too): pass 0 to {high}")
+        return value
+    parse.__name__ = "count"
+    return parse
+
+
+#: ``--threads`` of train, peak and run-peak: 0 (torch's default) to :data:`MAX_THREADS`.
+threads_of = capped_int(MAX_THREADS, "threads")
+
+
+def float_between(low: float, high: float, what: str):
+    """An argparse type: a finite float from ``low`` to ``high`` (``what``: its unit and why,
+    for the message)."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number from {low:g} to {high:g} {what}, got {value:g}")
+        return value
+    parse.__name__ = "number"
+    return parse
 
 
 def limit_of(total: int, what: str):
@@ -220,10 +260,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the initialisation, the shuffling and the dropout")
-    p.add_argument("--threads", type=non_negative_int, default=0,
+    p.add_argument("--threads", type=threads_of, default=0,
                    help="torch intra-op CPU threads (0: torch's default)")
     allocator_option(p)
-    p.add_argument("--workers", type=non_negative_int, default=0,
+    p.add_argument("--workers", type=capped_int(MAX_WORKERS, "workers"), default=0,
                    help="DataLoader worker processes (dataloader loader only; a resident "
                    "cell records none: not applicable)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False,
@@ -267,9 +307,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "the same shapes as training, which warm-up and autotuning already cover; "
                    f"{GRAPH_IMPLEMENTATION}: the whole test split in one batch); "
                    "recorded as at most the test samples the cell uses")
-    p.add_argument("--sample-interval", type=positive_float, default=0.5,
+    p.add_argument("--sample-interval", type=float_between(*SAMPLE_INTERVAL_S, "s"),
+                   default=0.5,
                    help="resource sampler period in seconds")
-    p.add_argument("--time-limit", type=non_negative_float, default=0.0, metavar="SECONDS",
+    p.add_argument("--time-limit", type=float_between(0, MAX_TIME_LIMIT_S, "s (0: none; a "
+                   "week at most, the config's time_limit)"), default=0.0, metavar="SECONDS",
                    help="wall-clock limit of the warm-up and timed epochs; a cell that reaches "
                    "it is recorded as failed and exits 12 (0: no limit)")
     p.add_argument("--env", type=folder_name_of, default=None,
