@@ -57,7 +57,8 @@ def test_threads_workers_and_times_past_the_configs_caps_are_usage_errors(capsys
     the flag did not): `train --threads 100000` crashed the process (SIGSEGV in torch),
     `--workers 100000` hung it starting workers, `--time-limit 1e308` and
     `--sample-interval 1e308` overflowed the clock (OverflowError tracebacks), and
-    `--sample-interval 1e-300` busy-looped the sampler beside the timed work. Each is now
+    `--sample-interval 1e-300` busy-looped the sampler beside the timed work,
+    `--warmup-steps 99999999999999999999` was an OverflowError traceback. Each is now
     exit 2 naming the flag and its range; `peak --threads` and `run-peak --threads` too."""
     from mnistbench import cli
 
@@ -69,7 +70,10 @@ def test_threads_workers_and_times_past_the_configs_caps_are_usage_errors(capsys
             ("--time-limit", "1e308", "must be a finite number from 0 to 604800 s"),
             ("--time-limit", "nan", "got nan"),
             ("--sample-interval", "1e308", "must be a finite number from 0.01 to 3600 s"),
-            ("--sample-interval", "1e-300", "got 1e-300")):
+            ("--sample-interval", "1e-300", "got 1e-300"),
+            ("--epochs", "1001", "1001 is more than 1000"),
+            ("--warmup-steps", "99999999999999999999", "is more than 10000"),
+            ("--max-steps", "1000001", "is more than 1000000")):
         with pytest.raises(SystemExit) as info:
             parser.parse_args(["--out", "x", flag, value])
         err = capsys.readouterr().err
@@ -86,13 +90,16 @@ def test_threads_workers_and_times_past_the_configs_caps_are_usage_errors(capsys
 
 
 def test_the_caps_of_threads_workers_and_time_limit_are_the_configs():
-    """options.MAX_THREADS, MAX_WORKERS and MAX_TIME_LIMIT_S are the config schema's
-    maxima of threads, workers and $defs.time_limit: one number each."""
+    """options.MAX_THREADS, MAX_WORKERS, MAX_TIME_LIMIT_S, MAX_EPOCHS, MAX_WARMUP_STEPS and
+    MAX_STEPS are the config schema's maxima of threads, workers and $defs.time_limit,
+    epochs, warmup_steps and max_steps: one number each."""
     spec = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     caps = {key: spec["properties"][key]["maximum"] for key in ("threads", "workers")}
-    caps["time_limit"] = spec["$defs"]["time_limit"]["maximum"]  # each experiment's
+    caps |= {key: spec["$defs"][key]["maximum"]  # each experiment's
+             for key in ("time_limit", "epochs", "warmup_steps", "max_steps")}
     assert caps == {"threads": options.MAX_THREADS, "workers": options.MAX_WORKERS,
-                    "time_limit": options.MAX_TIME_LIMIT_S}
+                    "time_limit": options.MAX_TIME_LIMIT_S, "epochs": options.MAX_EPOCHS,
+                    "warmup_steps": options.MAX_WARMUP_STEPS, "max_steps": options.MAX_STEPS}
 
 
 def test_the_width_cap_is_the_configs():

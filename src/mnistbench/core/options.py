@@ -52,6 +52,11 @@ MAX_WIDTH = 16
 MAX_THREADS = 1024
 MAX_WORKERS = 64
 MAX_TIME_LIMIT_S = 604_800
+#: The most timed epochs, warm-up steps and steps per epoch a cell may take (the config's
+#: $defs maxima: 99999999999999999999 warm-up steps was an OverflowError traceback).
+MAX_EPOCHS = 1000
+MAX_WARMUP_STEPS = 10_000
+MAX_STEPS = 1_000_000
 #: The resource sampler's period, in s: from 10 ms (a shorter one busy-loops beside the timed
 #: work) to an hour (1e308 overflowed the clock). Not a config key.
 SAMPLE_INTERVAL_S = (0.01, 3600.0)
@@ -128,14 +133,15 @@ def width_of(text: str) -> int:
     return value
 
 
-def capped_int(high: int, key: str):
-    """An argparse type: an int from 0 to ``high``, the config ``key``'s maximum."""
+def capped_int(high: int, key: str, low: int = 0):
+    """An argparse type: an int from ``low`` (0 or 1) to ``high``, the config ``key``'s
+    maximum."""
     def parse(text: str) -> int:
-        value = non_negative_int(text)
+        value = positive_int(text) if low else non_negative_int(text)
         if value > high:
             raise argparse.ArgumentTypeError(
                 f"{value} is more than {high}, the most a cell of the study takes (config key "
-                f"{key} caps it too): pass 0 to {high}")
+                f"{key} caps it too): pass {low} to {high}")
         return value
     parse.__name__ = "count"
     return parse
@@ -256,7 +262,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--loader", choices=LOADERS, default=Loader.RESIDENT,
                    help="dataloader: Dataset + transform + torch DataLoader (the blog's "
                    "pipeline); resident: the normalised dataset as one tensor on the device")
-    p.add_argument("--epochs", type=positive_int, default=1, help="timed epochs")
+    p.add_argument("--epochs", type=capped_int(MAX_EPOCHS, "epochs", low=1), default=1,
+                   help="timed epochs")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the initialisation, the shuffling and the dropout")
@@ -294,9 +301,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    f"{CPU_MAX_BATCH_CAP} samples) "
                    "and train at it, timing the same number of samples (--max-steps x "
                    "--batch-size) in fewer steps")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=3,
+    p.add_argument("--warmup-steps", type=capped_int(MAX_WARMUP_STEPS, "warmup_steps"),
+                   default=3,
                    help="untimed warm-up steps; the trajectory is restored afterwards")
-    p.add_argument("--max-steps", type=non_negative_int, default=0,
+    p.add_argument("--max-steps", type=capped_int(MAX_STEPS, "max_steps"), default=0,
                    help="cap on training steps per epoch (0: a full epoch)")
     p.add_argument("--train-limit", type=limit_of(MNIST_TRAIN_SAMPLES, "training"), default=0,
                    help=f"use only the first N training samples (0: all {MNIST_TRAIN_SAMPLES})")
