@@ -35,7 +35,8 @@ def write_json(path: Path | str, data: object, what: str, option: str = "--out")
         return atomic.write_json(path, data)
     except OSError as exc:
         atomic.remove_dirs(created)
-        raise StepError(atomic.folder_error(path.parent, exc, what, option)) from None
+        raise StepError(atomic.folder_error(path.parent, exc, what, option, names_a_file=True)
+                        ) from None
 
 
 def write_peak(out: Path | str, device: str, precisions: Sequence[str],

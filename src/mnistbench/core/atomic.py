@@ -287,9 +287,11 @@ def remove_dirs(created: Iterable[Path]) -> None:
             return
 
 
-def folder_error(folder: Path | str, exc: OSError, what: str, option: str) -> str:
+def folder_error(folder: Path | str, exc: OSError, what: str, option: str,
+                 names_a_file: bool = False) -> str:
     """One sentence naming ``folder``, why ``what`` cannot be written there (``exc``) and the
-    fix, phrased around the command-line ``option`` that chose the folder."""
+    fix, phrased around the command-line ``option`` that chose the folder (``names_a_file``:
+    the option names a file in ``folder``, as ``--out`` of ``pack`` does, not the folder)."""
     folder = Path(folder)
     if isinstance(exc, NotARegularFile):
         fix = (f"pass {option} a file name inside that folder (e.g. {exc.filename}/NAME)"
@@ -301,8 +303,9 @@ def folder_error(folder: Path | str, exc: OSError, what: str, option: str) -> st
     blocking = blocking_file(folder)
     if blocking is not None:
         where = "it" if blocking == folder else blocking
+        wanted = "the path of a file in a folder" if names_a_file else "a folder"
         return (f"cannot write {what} into {folder}: {where} is a file, not a folder. Pass "
-                f"{option} a folder (or move that file out of the way).")
+                f"{option} {wanted} (or move that file out of the way).")
     reason = exc.strerror or str(exc)
     if exc.filename and Path(exc.filename) != folder:
         reason += f" ({exc.filename})"

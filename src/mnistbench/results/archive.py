@@ -263,7 +263,8 @@ def _pack(runs: Path, env: str, out: Path | None, log, renamed_from: str = "") -
             check_archive(handle, name=str(out))
     except OSError as exc:
         atomic.remove_dirs(made)
-        raise ArchiveError(atomic.folder_error(out.parent, exc, "the archive", "--out")
+        raise ArchiveError(atomic.folder_error(out.parent, exc, "the archive", "--out",
+                                               names_a_file=True)
                            ) from None
     except ArchiveError as exc:
         atomic.remove_dirs(made)
