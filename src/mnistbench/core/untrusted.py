@@ -406,8 +406,10 @@ def stdout_error(exc: OSError, what: str = "the output") -> StdoutError:
     again with a traceback (or exit 120)."""
     import sys
 
+    stdout = sys.__stdout__
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
+        if stdout is not None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
     why = exc.why if isinstance(exc, StdoutError) else (exc.strerror or str(exc))
     error = StdoutError(exc.errno or 0, f"cannot write {what} to stdout: {why} (a full disk, "
                         "or a closed pipe); redirect it to a file on a disk with room")

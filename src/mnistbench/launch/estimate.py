@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mnistbench.core import network, options, schema, study, untrusted
 from mnistbench.core.devices import Loader
@@ -169,7 +170,7 @@ def peak_gflops(runs: str | os.PathLike[str], env: str, device: str, precision: 
     path = Path(runs, env, schema.PEAK_DIR, schema.peak_file(device))
     try:
         # bounded: a record nested 5000 deep was a RecursionError in `estimate` (and -n)
-        record = untrusted.loads_strict(path.read_text(encoding="utf-8"))
+        record: Any = untrusted.loads_strict(path.read_text(encoding="utf-8"))
         rows = record.get("rows") or []
         for wanted in (precision, "fp32"):
             row = schema.best_peak_row(rows, wanted)
@@ -306,7 +307,8 @@ class Plan:
             raise ValueError("not a JSON object")
         _keys(data, "the plan", ("cells", "peaks", "runs", "cores", "envs"))
         cells = [_work(w, f"cells[{i}]") for i, w in enumerate(_list(data, "cells"))]
-        peaks = [tuple(_strings(p, f"peaks[{i}]", 2)) for i, p in enumerate(_list(data, "peaks"))]
+        peaks = [(p[0], p[1]) for p in (_strings(p, f"peaks[{i}]", 2)
+                                        for i, p in enumerate(_list(data, "peaks")))]
         cores = data["cores"]
         if not isinstance(cores, int) or isinstance(cores, bool) or not 1 <= cores <= 1 << 20:
             raise ValueError(f"cores is {cores!r}, expected a whole number 1 or more")
@@ -342,7 +344,7 @@ def summary_observation(path: Path, plan: Plan, wall_s: float | None = None
     unreadable one): its work from its recorded params, its wall time ``wall_s`` (the study's
     time on it) or else its process's (timed, warm-up and overhead s)."""
     try:
-        summary = untrusted.loads_strict(path.read_text(encoding="utf-8"))  # bounded
+        summary: Any = untrusted.loads_strict(path.read_text(encoding="utf-8"))  # bounded
         if summary.get("status") != "ok":
             return None
         p, t = summary["params"], summary["timing"]

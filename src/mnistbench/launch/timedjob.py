@@ -211,8 +211,9 @@ def run_timed(command: Sequence[str], log: IO[bytes], env: Mapping[str, str],
 def open_log(path: str | os.PathLike[str], append: bool = False) -> Iterator[IO[bytes]]:
     """The job's log, emptied first unless ``append``; its folder is made. Every write, the
     command's too, goes to its end (``O_APPEND``), as the rules' ``>>`` did."""
-    if os.path.exists(path) and not os.path.isfile(path):  # /dev/full said "Invalid argument"
-        raise TimedJobError(f"the log {os.fspath(path)} {atomic.not_there(path)}: a job "
+    shown = os.fspath(path)
+    if os.path.exists(shown) and not os.path.isfile(shown):  # /dev/full: "Invalid argument"
+        raise TimedJobError(f"the log {shown} {atomic.not_there(shown)}: a job "
                             "empties its log first. Give --log the path of a regular file, or "
                             "of a new one.")
     try:

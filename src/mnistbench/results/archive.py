@@ -189,7 +189,7 @@ def _pack_renamed(runs: Path, env: str, new: str, out: Path | None, log) -> Path
             if path.name == schema.SUMMARY_FILE and _depth(path, root) == 3:
                 try:
                     data = validate.read_json_strict(path)  # bounded (a RecursionError)
-                    data["params"]["env"] = new
+                    data["params"]["env"] = new  # type: ignore[index]
                 except (OSError, ValueError, KeyError, TypeError) as exc:
                     raise ArchiveError(f"{path}: cannot rename its environment ({exc}); "
                                        f"{validate.FIX}, then pack again.") from None
