@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -556,3 +557,27 @@ def test_unpack_refuses_deep_nesting_in_one_paragraph(tmp_path, packed, where, t
     message = assert_refused(deep, runs, words)
     assert "RecursionError" not in message
     assert not runs.exists()
+
+
+def test_an_archive_that_is_a_fifo_or_a_folder_is_named_without_hanging(tmp_path):
+    """Weak case of the sweep of issue 41: `unpack FIFO` and `unpack --check FIFO` blocked in
+    open() until killed; a folder said "Is a directory". Each is now one paragraph at once
+    naming what the archive is and the fix; nothing is unpacked."""
+    import subprocess
+    import sys
+
+    fifo, folder = tmp_path / "lent.tar.gz", tmp_path / "archives"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, kind in ((fifo, "a FIFO (named pipe)"), (folder, "a folder")):
+        for check in ([], ["--check"]):
+            proc = subprocess.run(
+                [sys.executable, "-m", "mnistbench.cli", "unpack", *check, str(path),
+                 "--runs", str(tmp_path / "runs")],
+                capture_output=True, text=True, timeout=60, check=False)
+            assert proc.returncode == 1, proc.stderr
+            assert proc.stderr.strip() == (
+                f"mnistbench unpack: error: cannot read the archive {path}: {path} is "
+                f"{kind}, not a regular file. Give the path of the .tar.gz `mnistbench pack` "
+                "wrote.")
+    assert not (tmp_path / "runs").exists()

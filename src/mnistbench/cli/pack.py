@@ -71,7 +71,7 @@ def unpack_command(args) -> int:
 
     try:
         if args.check:
-            with args.archive.open("rb") as handle:
+            with archive.open_archive(args.archive) as handle:
                 result = archive.check_archive(handle, name=str(args.archive))
         else:
             result = archive.unpack(args.archive, args.runs, replace=args.replace)

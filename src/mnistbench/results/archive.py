@@ -66,6 +66,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 from mnistbench import __version__
 from mnistbench.core import atomic, schema, study
@@ -368,13 +369,24 @@ def unpack(archive: Path, runs: Path, *, replace: bool = False,
     ``replace``: an environment already in ``runs`` is replaced (else refused). Raises
     :class:`ArchiveError` naming the member and the problem; ``runs`` is then unchanged."""
     archive, runs = Path(archive), Path(runs)
+    with open_archive(archive) as handle:
+        return _unpack(handle, str(archive), runs, replace=replace, limits=limits)
+
+
+def open_archive(archive: Path) -> IO[bytes]:
+    """The archive file ``archive`` opened for reading; :class:`ArchiveError` naming it when
+    it is missing, unreadable or not a regular file (a FIFO blocked the open for good, a
+    folder said "Is a directory")."""
+    archive = Path(archive)
+    if archive.exists() and not archive.is_file():
+        raise ArchiveError(f"cannot read the archive {archive}: {archive} "
+                           f"{atomic.not_there(archive)}. Give the path of the .tar.gz "
+                           "`mnistbench pack` wrote.")
     try:
-        handle = archive.open("rb")
+        return archive.open("rb")
     except OSError as exc:
         raise ArchiveError(f"cannot read the archive {archive}: {exc.strerror or exc}."
                            ) from None
-    with handle:
-        return _unpack(handle, str(archive), runs, replace=replace, limits=limits)
 
 
 def check_archive(handle, *, name: str = "archive", limits: Limits = LIMITS) -> Unpacked:
