@@ -20,6 +20,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mnistbench.core.options import path_of
+
 SHELLS = ("bash", "zsh")
 
 
@@ -41,7 +43,7 @@ class Node:
 def _value_kind(action: argparse.Action) -> str:
     if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
         return "choices:" + " ".join(str(c) for c in action.choices)
-    if action.type is Path:
+    if action.type in (Path, path_of):
         return "file"
     return "text"
 

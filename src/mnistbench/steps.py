@@ -14,7 +14,6 @@ module: it imports ``measure`` (torch) only in :func:`write_peak`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,7 +35,8 @@ def write_json(path: Path | str, data: object, what: str, option: str = "--out")
         return atomic.write_json(path, data)
     except OSError as exc:
         atomic.remove_dirs(created)
-        raise StepError(atomic.folder_error(path.parent, exc, what, option)) from None
+        raise StepError(atomic.folder_error(path.parent, exc, what, option, names_a_file=True)
+                        ) from None
 
 
 def write_peak(out: Path | str, device: str, precisions: Sequence[str],
@@ -69,35 +69,23 @@ def write_peak_status(out: Path | str, device: str, status: str, reason: str) ->
 
 def read_model(text: str, source: str | None = None) -> tuple[object, str]:
     """(the cost model document, what to call it) of ``text``: a JSON object, or the path of
-    a file holding the model (JSON by a ``.json`` suffix, else YAML)."""
-    if text.lstrip().startswith("{"):
-        source = source or "--config-json"
-        try:
-            return json.loads(text), source
-        except json.JSONDecodeError as exc:
-            raise StepError(f"cost model {source} is not valid JSON: {exc}. Pass a JSON "
-                            "object, or the path of a file holding one.") from None
-    path = Path(text)
-    source = source or str(path)
-    try:
-        content = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StepError(f"--config-json {text!r} is neither a JSON object nor a readable file "
-                        f"({getattr(exc, 'strerror', None) or exc}). Pass the model as "
-                        "{...}, or the path of a JSON or YAML file.") from None
-    if path.suffix.lower() == ".json":
-        try:
-            return json.loads(content), source
-        except json.JSONDecodeError as exc:
-            raise StepError(f"cost model {source} is not valid JSON: {exc}. Fix the "
-                            "syntax.") from None
-    import yaml
+    a file holding the model (JSON by a ``.json`` suffix, else YAML), either parsed bounded
+    (:func:`mnistbench.results.cost.read_model_file`: a folder, an empty file or nesting
+    5000 deep is a :class:`StepError`, not a traceback)."""
+    from mnistbench.results import cost
 
     try:
-        return yaml.safe_load(content), source
-    except yaml.YAMLError as exc:
-        raise StepError(f"cost model {source} is not valid YAML: {exc}. Fix the syntax."
-                        ) from None
+        if text.lstrip().startswith("{"):
+            source = source or "--config-json"
+            return cost.parse_model_text(text, source), source
+        path = Path(text)
+        if not path.exists():
+            raise StepError(f"--config-json {text!r} is neither a JSON object nor a readable "
+                            "file (No such file or directory). Pass the model as {...}, or "
+                            "the path of a JSON or YAML file.")
+        return cost.read_model_file(path, "--config-json"), source or str(path)
+    except cost.CostError as exc:
+        raise StepError(str(exc)) from None
 
 
 def write_cost_model(out: Path | str, text: str, source: str | None = None) -> Path:

@@ -197,6 +197,35 @@ def test_a_bad_cost_model_is_one_paragraph_and_writes_nothing(tmp_path, capsys, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("name", "content", "message"), [
+    ("models", None, "cannot read the cost model {path}: not a regular file but a folder"),
+    ("empty.yaml", "", "cost model {path} is empty (no keys)"),
+    ("deep.json", "[" * 5000 + "]" * 5000, "cost model {path}: nested deeper than 64 levels"),
+    ("deep.yaml", "[" * 5000 + "]" * 5000, "cost model {path} nests deeper than its parser"),
+    ("inline", None, "cost model --config-json: nested deeper than 64 levels"),
+])
+def test_a_cost_model_file_that_is_a_folder_empty_or_deep_is_one_paragraph(
+        tmp_path, capsys, name, content, message):
+    """Weak cases of issue 41 (deep nesting in a cost file) for `cost-model --config-json`,
+    the workflow's cost_model step: a file nested 5000 deep, or such inline JSON, ended in a
+    RecursionError traceback; an empty file said "got NoneType"; a folder named only
+    "Is a directory". Each is now one paragraph naming the file (through the cost model's
+    one bounded reader) and the fix, and nothing is written."""
+    path = tmp_path / name
+    if name == "models":
+        path.mkdir()
+    elif content is not None:
+        path.write_text(content)
+    text = '{"a": ' + "[" * 5000 + "]" * 5000 + "}" if name == "inline" else str(path)
+    out = tmp_path / "cost_model.json"
+    assert cli.main(["cost-model", "--config-json", text, "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mnistbench cost-model: error: "), err
+    assert message.format(path=path) in err[0] and "Traceback" not in err[0]
+    assert "--cost-model" not in err[0]  # the fix names this command's flag
+    assert not out.exists()
+
+
 def test_an_unwritable_cost_model_leaves_the_old_one(tmp_path, capsys, monkeypatch):
     out = tmp_path / "cost_model.json"
     out.write_text('{"old": true}')

@@ -202,3 +202,56 @@ def test_a_regular_file_and_a_link_to_one_are_replaced(tmp_path):
     assert (tmp_path / "old.txt").read_text() == "new"
     assert (tmp_path / "real.txt").read_text() == "real"
     assert not (tmp_path / "link.txt").is_symlink()
+
+
+def test_a_target_under_a_file_names_that_file_not_errno_17(tmp_path, capsys):
+    """Weak case of the sweep of issue 41: a target under a file (`env --collect-env
+    notes.txt/env.txt`, `report --out notes.txt/x/index.html`) failed with "[Errno 17] File
+    exists: 'notes.txt'", which names no fix. Now the file in the way is named, with the
+    fix; nothing is written, the file is kept."""
+    from mnistbench import cli
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    for target in (notes / "env.txt", notes / "x" / "index.html"):
+        with pytest.raises(atomic.UnderAFile) as info:
+            atomic.write_text(target, "new")
+        assert str(info.value) == (f"{notes} is a file, not a folder, so {target} cannot be "
+                                   "written under it: move that file out of the way, or "
+                                   "write elsewhere")
+        assert isinstance(info.value, OSError) and info.value.blocking == str(notes)
+    assert notes.read_text() == "mine" and list(tmp_path.iterdir()) == [notes]
+    assert cli.main(["env", "--collect-env", str(notes / "env.txt")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Errno" not in err[0] and f"{notes} is a file" in err[0], err
+
+
+def test_an_out_file_under_a_file_is_told_to_be_a_file_in_a_folder(tmp_path, capsys):
+    """Weak case of the sweep of issue 41: `cost-model`, `peak` and `pack` with `--out
+    notes.txt/x` said "Pass --out a folder", but their --out names a file. The fix now says
+    a file in a folder; a folder option (`aggregate --out-dir`) keeps "a folder"."""
+    from mnistbench import cli
+    from tests.fakes import make_study
+
+    make_study(tmp_path / "runs", gpu=False, devices=("cpu",), precisions=("fp32",),
+               batch_sizes=(64,), repeats=1, convergence_epochs=1)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    for argv, what in (
+            (["cost-model", "--config-json", "{}", "--out", str(notes / "c.json")],
+             "the cost model"),
+            (["peak", "--out", str(notes / "p.json"), "--record-failure", "x"],
+             "the measured limit"),
+            (["pack", "alpha", "--runs", str(tmp_path / "runs"), "--out", str(notes / "a.tgz")],
+             "the archive")):
+        assert cli.main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert (f"cannot write {what} into {notes}: it is a file, not a folder. Pass --out "
+                "the path of a file in a folder (or move that file out of the way).") in err, err
+    assert atomic.folder_error(notes, OSError(17, "File exists"), "the archive", "--out",
+                               names_a_file=True).endswith(
+        "Pass --out the path of a file in a folder (or move that file out of the way).")
+    assert atomic.folder_error(notes, OSError(17, "File exists"), "the tables",
+                               "--out-dir").endswith(
+        "Pass --out-dir a folder (or move that file out of the way).")
+    assert notes.read_text() == "mine"

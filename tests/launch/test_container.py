@@ -307,6 +307,27 @@ def test_load_record_errors(tmp_path):
         container.load_record(tmp_path / "bad.json")
 
 
+def test_a_record_nested_deep_or_that_is_a_folder_is_one_paragraph(tmp_path, capsys):
+    """Weak case of the sweep of issue 41 (deep nesting): `docker run --record R` with R
+    nested 5000 deep ended in a RecursionError traceback; a folder said "[Errno 21] Is a
+    directory", non-UTF-8 bytes a codec error. Each is now one paragraph naming the record
+    and the fix (read through the bounded reader of core.untrusted)."""
+    deep, folder, binary = tmp_path / "deep.json", tmp_path / "records", tmp_path / "b.json"
+    deep.write_text("[" * 5000 + "]" * 5000)
+    folder.mkdir()
+    binary.write_bytes(b"\xff\xfe")
+    for path, words in ((deep, "nested deeper than 64 levels"),
+                        (folder, "not a regular file but a folder"),
+                        (binary, "not UTF-8 text (byte 0)")):
+        with pytest.raises(container.ContainerError) as info:
+            container.load_record(path)
+        assert str(info.value).startswith(f"cannot read image record {path}: {words}")
+        assert "Delete it and build the image again" in str(info.value)
+    assert cli.main(["docker", "run", "--record", str(deep), "--", "train", "--out", "x"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nested deeper than 64 levels" in err[0], err
+
+
 # --------------------------------------------------------------------------- run
 @pytest.mark.parametrize("code", [0, 10, 11, 12, 1, 137])
 def test_exit_code_of_the_cell_comes_back(fake_docker, cell, monkeypatch, code):

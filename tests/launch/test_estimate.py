@@ -331,3 +331,79 @@ def test_the_plan_round_trips_and_the_cli_prints_where_it_stands(tmp_path):
     assert during.stdout.startswith("estimate: 1/3 cells done, about "), during.stdout
     missing = cli("--plan", str(tmp_path / "none.json"))
     assert missing.returncode == 1 and "cannot read the plan" in missing.stderr
+
+
+def test_a_plan_that_no_study_wrote_is_one_paragraph_naming_the_key(tmp_path, capsys):
+    """Weak cases of the sweep of issue 41 on `mnistbench estimate --plan`: a plan nested
+    5000 deep (RecursionError), `cores` a word or 0, `runs` a number, a cell's `gflop` NaN,
+    1e308 or -1e308 (ValueError, OverflowError, TypeError tracebacks, or a silent estimate),
+    a cell key a number, an extra key, a folder or non-UTF-8 bytes: each is now exit 1 with
+    one line naming the plan, the key and what it should hold."""
+    from mnistbench import cli
+
+    plan = est.Plan.of_cells([cell(repeat=r) for r in range(2)], [(ENV, "cpu")],
+                             str(tmp_path / "runs"), 2, [ENV])
+    good = json.loads(plan.to_json())
+
+    def edited(**changes):
+        data = json.loads(json.dumps(good))
+        for key, value in changes.items():
+            if key.startswith("cell_"):
+                data["cells"][0][key[5:]] = value
+            else:
+                data[key] = value
+        return json.dumps(data)
+
+    cases = {
+        "deep.json": ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
+        "cores_word.json": (edited(cores="x"), "cores is 'x', expected a whole number"),
+        "cores_0.json": (edited(cores=0), "cores is 0, expected a whole number 1 or more"),
+        "runs.json": (edited(runs=5), "runs is '5', expected a string"),
+        "nan.json": (edited(cell_gflop=float("nan")), "cells[0].gflop is nan, expected a "
+                     "finite number 0 to 1e+09"),
+        "huge.json": (edited(cell_gflop=1e308), "cells[0].gflop is 1e+308"),
+        "negative.json": (edited(cell_gflop=-1e308), "cells[0].gflop is -1e+308"),
+        "key.json": (edited(cell_key=5), "cells[0].key is '5', expected 3 strings"),
+        "extra.json": (edited(cell_extra=1), "cells[0] has extra, which no plan has"),
+        "list.json": ("[]", "not a JSON object"),
+        "short.json": ('{"cells": []}', "the plan lacks peaks, runs, cores, envs"),
+        "bytes.json": (b"\xff\xfe", "not UTF-8 text"),
+        "folder": (None, "not a regular file but a folder"),
+    }
+    for name, (content, words) in cases.items():
+        path = tmp_path / name
+        if content is None:
+            path.mkdir()
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        assert cli.main(["estimate", "--plan", str(path)]) == 1, name
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1, (name, err)
+        assert err[0].startswith(f"mnistbench estimate: error: cannot read the plan {path} (")
+        assert words in err[0], (name, err[0])
+    assert est.Plan.from_json(plan.to_json()) == plan  # what the workflow writes still reads
+
+
+def test_a_peak_record_or_summary_nested_deep_or_with_a_word_is_passed_over(tmp_path):
+    """Weak case of the sweep of issue 41 (deep nesting): `estimate` (and the estimate of
+    `snakemake -n`) read runs/ENV/peak/cpu.json and every done cell's summary.json with
+    json.loads: one nested 5000 deep was a RecursionError traceback, a gflops of "fast" a
+    ValueError. Such a record now gives the default limit, such a summary no observation,
+    as an unreadable one did."""
+    default = (2 * est.DEFAULT_PEAK_GFLOPS["cpu"], False)
+    record = write_peak(tmp_path, {"fp32": 100.0})
+    deep = "[" * 5000 + "]" * 5000
+    for text in (deep, json.dumps({"rows": [{"kernel": "matmul", "precision": "fp32",
+                                             "gflops": "fast"}]}),
+                 json.dumps({"rows": [{"kernel": "matmul", "precision": "fp32",
+                                       "gflops": float("nan")}]})):
+        record.write_text(text)
+        assert est.peak_gflops(tmp_path, ENV, "cpu", "fp32", cores=2) == default
+    done = cell()
+    plan = est.Plan.of_cells([done], [], str(tmp_path), 2, [ENV])
+    summary = write_summary(tmp_path, done)
+    assert est.summary_observation(summary, plan) is not None
+    summary.write_text(deep)
+    assert est.summary_observation(summary, plan) is None

@@ -358,3 +358,20 @@ def test_run_peak_on_the_command_line(tmp_path, fake, monkeypatch):
                                         "--threads", "4", "--out", str(tmp_path / "cuda.json")]
     monkeypatch.setenv("FAKE_EXIT", "-9")
     assert cli.main(argv) == 137
+
+
+def test_a_log_that_is_a_device_or_a_folder_is_named_before_the_job(tmp_path, capsys):
+    """Weak case of the sweep of issue 41 (/dev/full as output): `run-cell --log /dev/full`
+    said "cannot be written: Invalid argument" (the log is emptied first, and a character
+    device cannot be truncated); a folder said "Is a directory". Now one line naming what
+    the log is and the fix; the command never runs."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    logs = [folder] + ([Path("/dev/full")] if Path("/dev/full").exists() else [])
+    for log, kind in zip(logs, ("a folder", "a character device"), strict=False):
+        assert cli.main(["run-cell", "--log", str(log), "--out", str(tmp_path / "cell"),
+                         "--", "--epochs", "1"]) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"the log {log} is {kind}, not a regular file" in err[0], err
+        assert "Give --log the path of a regular file" in err[0]
+    assert not (tmp_path / "cell").exists() and list(folder.iterdir()) == []

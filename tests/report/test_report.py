@@ -231,6 +231,25 @@ def test_without_charts_the_text_is_the_same_and_every_chart_says_not_drawn(full
     assert not (tmp_path / "index.html").exists()
 
 
+def test_a_figures_dir_that_is_a_file_is_named_as_such_before_any_chart(full, tmp_path,
+                                                                         capsys):
+    """Weak case of the sweep of issue 41: `report --figures-dir FILE` drew every chart, then
+    failed blaming --out ("cannot write the report to index.html: File exists: FILE"). Now
+    it names --figures-dir and the file in the way before a chart is drawn; nothing is
+    written."""
+    in_the_way = tmp_path / "figures"
+    in_the_way.write_text("not a folder")
+    for figures in (in_the_way, in_the_way / "sub"):
+        with pytest.raises(report.ReportError) as info:
+            report.write_report(full["tables"], tmp_path / "index.html", charts=True,
+                                figures_dir=figures)
+        message = str(info.value)
+        assert f"cannot write the charts into {figures}: {in_the_way} is a file" in message
+        assert "--figures-dir" in message and "index.html" not in message
+    assert not (tmp_path / "index.html").exists()
+    assert in_the_way.read_text() == "not a folder"
+
+
 def test_without_charts_matplotlib_is_never_imported(full, tmp_path):
     """The charts' registry holds the plot functions without importing them: a report
     rendered without charts, in a fresh interpreter, never loads matplotlib; a chart drawn

@@ -63,3 +63,13 @@ def test_the_caveats_come_right_after_the_verdict(tmp_path):
     html = write(aggregate.load_tables(results), tmp_path)
     assert html.index('<section id="verdict">') < html.index('<section id="caveats">') \
         < html.index('<section id="findings">')
+
+
+def test_a_manifest_nested_deep_beside_the_tables_is_read_as_none(tmp_path):
+    """Weak case of the sweep of issue 41 (deep nesting): `report --results R` read
+    R/manifest.json (a publication's checks) with json.loads; one nested 5000 deep was a
+    RecursionError traceback. It now reads as no manifest, as broken JSON did."""
+    (tmp_path / "manifest.json").write_text("[" * 5000 + "]" * 5000)
+    assert caveats.read_checks(tmp_path) is None
+    (tmp_path / "manifest.json").write_text(json.dumps({"checks": {"failed": []}}))
+    assert caveats.read_checks(tmp_path) == {"failed": []}

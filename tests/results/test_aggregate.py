@@ -480,3 +480,28 @@ def test_a_table_path_that_is_a_fifo_is_refused_and_kept(runs, tmp_path, capsys)
     assert f"cannot write the aggregated tables to {out / 'summary.csv'}: it is a FIFO" in err
     assert stat.S_ISFIFO(os.lstat(out / "summary.csv").st_mode)
     assert [p.name for p in out.iterdir()] == ["summary.csv"]
+
+
+def test_a_file_named_for_a_folder_or_a_folder_for_a_file_says_so(tmp_path, capsys):
+    """Weak case of the sweep of issue 41: `aggregate notes.txt` said "runs folder notes.txt
+    does not exist", `table --results R` and `report --results R` with R/summary.csv a
+    folder said it "does not exist" (it does: it is a folder), and a dangling link read as
+    missing. Each now says what is there, with the same fix."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for runs, words in ((notes, "is a regular file, not a folder"),
+                        (tmp_path / "dangling", "is a symbolic link to nothing"),
+                        (tmp_path / "nowhere", "does not exist")):
+        assert cli.main(["aggregate", str(runs), "--out-dir", str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err
+        assert f"runs folder {runs} {words}. Run the study first" in err, err
+    results = tmp_path / "results"
+    (results / "summary.csv").mkdir(parents=True)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(results)
+    assert f"{results / 'summary.csv'} is a folder, not a regular file. Run" in str(info.value)
+    assert cli.main(["table", "--results", str(results)]) == 1
+    err = capsys.readouterr().err
+    assert f"{results / 'summary.csv'} is a folder, not a regular file. Run" in err, err
+    assert notes.read_text() == "mine" and not (tmp_path / "out").exists()

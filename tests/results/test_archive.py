@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -111,6 +112,23 @@ def test_pack_then_unpack_merges_the_environment_beside_the_existing_one(tmp_pat
     aggregate.aggregate(runs_b, tmp_path / "tables")
     rows = (tmp_path / "tables" / "summary.csv").read_text().splitlines()[1:]
     assert sorted({row.split(",")[0] for row in rows}) == ["alpha", "beta"]
+
+
+def test_pack_as_another_name_refuses_a_summary_nested_deep_in_one_paragraph(tmp_path,
+                                                                             capsys):
+    """Weak case of the sweep of issue 41 (deep nesting): `pack --as NAME` renamed each
+    cell's environment through json.loads, so a summary.json nested 5000 deep was a
+    RecursionError traceback. It is now read bounded: one paragraph naming the file and
+    the fix; no archive."""
+    runs = tmp_path / "runs"
+    small_study(runs)
+    summary = next(runs.glob(f"{ENV}/*/*/summary.json"))
+    summary.write_text("[" * 5000 + "]" * 5000)
+    out = tmp_path / "gamma.tar.gz"
+    assert cli.main(["pack", ENV, "--runs", str(runs), "--as", "gamma", "--out", str(out)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(summary) in err[0], err
+    assert "nested deeper than 64 levels" in err[0] and not out.exists()
 
 
 def test_pack_as_another_name_merges_beside_an_environment_of_the_same_name(tmp_path):
@@ -539,3 +557,27 @@ def test_unpack_refuses_deep_nesting_in_one_paragraph(tmp_path, packed, where, t
     message = assert_refused(deep, runs, words)
     assert "RecursionError" not in message
     assert not runs.exists()
+
+
+def test_an_archive_that_is_a_fifo_or_a_folder_is_named_without_hanging(tmp_path):
+    """Weak case of the sweep of issue 41: `unpack FIFO` and `unpack --check FIFO` blocked in
+    open() until killed; a folder said "Is a directory". Each is now one paragraph at once
+    naming what the archive is and the fix; nothing is unpacked."""
+    import subprocess
+    import sys
+
+    fifo, folder = tmp_path / "lent.tar.gz", tmp_path / "archives"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, kind in ((fifo, "a FIFO (named pipe)"), (folder, "a folder")):
+        for check in ([], ["--check"]):
+            proc = subprocess.run(
+                [sys.executable, "-m", "mnistbench.cli", "unpack", *check, str(path),
+                 "--runs", str(tmp_path / "runs")],
+                capture_output=True, text=True, timeout=60, check=False)
+            assert proc.returncode == 1, proc.stderr
+            assert proc.stderr.strip() == (
+                f"mnistbench unpack: error: cannot read the archive {path}: {path} is "
+                f"{kind}, not a regular file. Give the path of the .tar.gz `mnistbench pack` "
+                "wrote.")
+    assert not (tmp_path / "runs").exists()

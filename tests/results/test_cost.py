@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from mnistbench import cli
 from mnistbench.results import aggregate, cost
 from tests.fakes import make_study
 
@@ -133,6 +134,30 @@ def test_a_cost_model_too_deep_too_large_or_broken_is_one_paragraph(tmp_path, na
         cost.load_model(path)
     assert str(path) in str(info.value) and words in str(info.value), str(info.value)
     assert "SECRET" not in str(info.value)
+
+
+def test_a_cost_model_that_is_a_folder_or_empty_is_one_paragraph(tmp_path, capsys):
+    """Weak cases of the sweep of issue 41: `report --cost-model FOLDER` ended in an
+    IsADirectoryError traceback (the reader opened the folder before looking at what it
+    is); an empty file, or one of comments only, said "got NoneType". Now each is one
+    paragraph naming the file and the fix, exit 1."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    empty, comments = tmp_path / "empty.yaml", tmp_path / "comments.yaml"
+    empty.write_text("")
+    comments.write_text("# prices to fill in\n")
+    with pytest.raises(cost.CostError, match="not a regular file but a folder") as info:
+        cost.load_model(folder)
+    assert str(folder) in str(info.value) and "--cost-model" in str(info.value)
+    for path in (empty, comments):
+        with pytest.raises(cost.CostError, match=r"is empty \(no keys\)") as info:
+            cost.load_model(path)
+        assert str(path) in str(info.value) and "NoneType" not in str(info.value)
+    assert cli.main(["report", "--results", str(tmp_path), "--cost-model", str(folder),
+                     "--out", str(tmp_path / "index.html")]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "cannot read the cost model" in err and not (tmp_path / "index.html").exists()
 
 
 def test_a_write_off_of_1e_300_hours_is_refused_not_divided_by(tmp_path):

@@ -39,3 +39,31 @@ def test_a_bad_keep_archive_is_refused_before_anything_is_changed(tmp_path, valu
     assert "nothing was changed" in proc.stderr
     assert kept.read_text() == "{}" and (tmp_path / ".gpu" / "plan.json").read_text() == "{}"
     assert not (tmp_path / ".gpu" / "mnist").exists()
+
+
+@pytest.mark.parametrize("content", [b"", b"\x1f\x8b\x08\x00truncated", b"plain text"])
+def test_a_keep_archive_that_does_not_unpack_is_refused_before_gpu_is_touched(tmp_path,
+                                                                              content):
+    """An empty, truncated or foreign KEEP_ARCHIVE was refused only after .gpu/mnist,
+    .gpu/plan.json and .gpu/lib had been rewritten (and it needed the MNIST mirror there to
+    get that far); now `mnistbench unpack --check` reads it first: exit 1 naming
+    KEEP_ARCHIVE, unpack's reason above, "nothing was changed", and .gpu as it was."""
+    shutil.copytree(REPO / "scripts", tmp_path / "scripts")
+    (tmp_path / ".venv").symlink_to(REPO / ".venv")
+    archive = tmp_path / "archives" / "lent.mnistbench.tar.gz"
+    archive.parent.mkdir()
+    archive.write_bytes(content)
+    kept = tmp_path / ".gpu" / "runs" / "lent" / "convergence" / "cell" / "summary.json"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("{}")
+    (tmp_path / ".gpu" / "plan.json").write_text("{}")
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / ".gpu").rglob("*"))
+    proc = subprocess.run([str(tmp_path / "scripts" / "gpu-check"), "--prepare"],
+                          env={**os.environ, "KEEP_ARCHIVE": str(archive)}, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "mnistbench unpack: error:" in proc.stderr and "Traceback" not in proc.stderr
+    assert f"KEEP_ARCHIVE={archive} was refused (above)" in proc.stderr
+    assert "nothing was changed" in proc.stderr
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / ".gpu").rglob("*")) == before
+    assert kept.read_text() == "{}" and (tmp_path / ".gpu" / "plan.json").read_text() == "{}"

@@ -9,7 +9,8 @@ the order of ``--help``. What more than one module needs is public in
 
 Exit codes: 0 success; 1 bad input (data, results, config) or an output folder that cannot
 be written (a file in the way, no permission, a full disk), each with a one-paragraph message
-naming the path and the fix; 2 usage error; for ``train`` the cell statuses of
+naming the path and the fix, or a stdout that cannot be written (one line,
+:func:`mnistbench.cli.common.guarded_stdout`); 2 usage error; for ``train`` the cell statuses of
 :data:`mnistbench.core.schema.EXIT_CODES` (10 unavailable, 11 oom, 12 failed); 130 after
 SIGINT (Ctrl-C), 143 after SIGTERM and 129 after SIGHUP, which ``fetch``, ``aggregate``,
 ``report``, ``pack``, ``unpack``, ``publish``, ``peak`` and ``cost-model`` handle as an error
@@ -42,7 +43,7 @@ from mnistbench.cli import (
     timed_jobs,
     train,
 )
-from mnistbench.cli.common import CliError, Terminated, signals_as_errors
+from mnistbench.cli.common import CliError, Terminated, guarded_stdout, signals_as_errors
 from mnistbench.core import untrusted
 from mnistbench.core.options import use_defaults_help
 from mnistbench.core.study import StudyError
@@ -74,12 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     ``mnistbench`` console script (mnistbench.console) first offers ``train`` to a fork
     server; a forked cell runs :func:`mnistbench.measure.entry.main` instead."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    try:
+        with guarded_stdout():  # --help or --version > /dev/full: one line, exit 1
+            args = build_parser().parse_args(argv)
+    except untrusted.StdoutError as exc:
+        print(f"mnistbench: error: {exc}", file=sys.stderr)
+        return 1
     try:
         # cleans_up: the subcommand writes files, so SIGTERM and SIGHUP run its clean-up as
         # an error does (train keeps its own signal handling: the fork server and the
         # trainer's time limit).
-        with signals_as_errors(args.cleans_up):
+        # guarded_stdout: a print to a full disk or a closed pipe is one line, not a traceback
+        with signals_as_errors(args.cleans_up), guarded_stdout():
             return args.func(args)
     except (CliError, StudyError, untrusted.StdoutError) as exc:  # StudyError: $MNISTBENCH_ENV
         print(f"mnistbench {args.subcommand}: error: {exc}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """What more than one subcommand module needs: the error a command raises to exit 1 with one
 paragraph (:class:`CliError`), SIGTERM and SIGHUP turned into an error's clean-up
-(:class:`Terminated`, :func:`signals_as_errors`), progress lines on stderr (:func:`to_stderr`),
+(:class:`Terminated`, :func:`signals_as_errors`), stdout whose failed writes are one line
+(:func:`guarded_stdout`), progress lines on stderr (:func:`to_stderr`),
 and the timed process imported where torch may be missing (:func:`import_measure`).
 """
 
@@ -55,6 +56,61 @@ def signals_as_errors(enabled: bool) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a subcommand runs: a failed write or flush (``> /dev/full``, a
+    closed pipe) is :class:`~mnistbench.core.untrusted.StdoutError`, one line naming the fix,
+    whichever ``print`` made it; everything else is the real stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        #: the first failure, kept: argparse swallows the one of ``--help`` and ``--version``
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise self._failure(exc) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            raise self._failure(exc) from None
+
+    def _failure(self, exc: OSError) -> OSError:
+        from mnistbench.core import untrusted
+
+        self.failed = self.failed or untrusted.stdout_error(exc)
+        return self.failed
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[None]:
+    """While the block runs, writes to stdout that fail raise
+    :class:`~mnistbench.core.untrusted.StdoutError` (never a traceback of ``print``); stdout
+    is flushed at the end of the block, inside it, so that a full disk is found there and
+    not by Python's flush at exit (a traceback and exit 120). A ``SystemExit(0)`` of
+    ``--help`` or ``--version`` whose text did not reach stdout becomes that error too."""
+    stream = sys.stdout
+    guard = _GuardedStdout(stream)
+    sys.stdout = guard  # type: ignore[assignment]
+    try:
+        yield
+        guard.flush()
+    except SystemExit as exc:
+        if exc.code in (0, None):  # --help, --version: argparse swallowed a failed write
+            guard.flush()
+            if guard.failed is not None:
+                raise guard.failed from None
+        raise
+    finally:
+        sys.stdout = stream
 
 
 def to_stderr(message: str) -> None:

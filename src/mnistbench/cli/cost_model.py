@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mnistbench.cli.common import CliError
+from mnistbench.core.options import path_of
 
 
 def register(sub) -> None:
@@ -21,7 +20,7 @@ def register(sub) -> None:
     p.add_argument("--source", default=None,
                    help="what the model is called in error messages (default: the file, or "
                    "--config-json)")
-    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    p.add_argument("--out", type=path_of, required=True, help="the JSON file to write")
     p.set_defaults(func=command, cleans_up=True)
 
 

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from mnistbench.cli.common import CliError
+from mnistbench.core.options import path_of
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -41,16 +42,16 @@ def register(sub) -> None:
         "tag, Dockerfile digest, build arguments, engine version, build time) atomically. "
         "IMAGE_NAME (the tag), REVISION (git revision) and CREATED (now) are passed as build "
         "arguments unless given. A failed build leaves no record.")
-    build.add_argument("--dockerfile", type=Path, required=True,
+    build.add_argument("--dockerfile", type=path_of, required=True,
                        help="the Dockerfile, e.g. docker/cpu.Dockerfile")
     build.add_argument("--tag", required=True, help="image name:tag")
-    build.add_argument("--context", type=Path, default=Path("."),
+    build.add_argument("--context", type=path_of, default=Path("."),
                        help="build context: the project's root folder (default: %(default)s)")
     build.add_argument("--build-arg", type=_key_value, action="append", default=[],
                        metavar="KEY=VALUE", help="a build argument (repeatable)")
     build.add_argument("--docker-option", action="append", default=[], metavar="ARG",
                        help=option_help % "build")
-    build.add_argument("--record", type=Path, required=True, help="JSON record to write")
+    build.add_argument("--record", type=path_of, required=True, help="JSON record to write")
     build.set_defaults(func=build_command)
 
     run = verbs.add_parser(
@@ -62,9 +63,9 @@ def register(sub) -> None:
         "container Docker cannot give a GPU records status unavailable.",
         usage="mnistbench docker run [-h] --record RECORD [--results DIR] [--shm-size SIZE] "
         "[--docker-option=ARG ...] -- train ARGS...")
-    run.add_argument("--record", type=Path, required=True,
+    run.add_argument("--record", type=path_of, required=True,
                      help="image record written by `mnistbench docker build`")
-    run.add_argument("--results", type=Path, default=Path("results"), metavar="DIR",
+    run.add_argument("--results", type=path_of, default=Path("results"), metavar="DIR",
                      help="host folder mounted at /work/results; the train command's --out "
                      "must lie in it (default: %(default)s)")
     run.add_argument("--shm-size", default="2g", metavar="SIZE",

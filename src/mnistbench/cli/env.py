@@ -5,9 +5,9 @@ report) and ``mnistbench env-name`` (the environment folder results are filed un
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from mnistbench.cli.common import CliError
+from mnistbench.core.options import path_of
 
 
 def register(sub) -> None:
@@ -15,7 +15,7 @@ def register(sub) -> None:
                        description="Print what every summary records about the machine: "
                        "versions, CPU (model, ISA, bf16 path, oneDNN/MKL), GPU, OS, host and "
                        "git revision.")
-    p.add_argument("--collect-env", type=Path, default=None, metavar="FILE",
+    p.add_argument("--collect-env", type=path_of, default=None, metavar="FILE",
                    help="instead, write torch's collect_env report to FILE (each cell writes "
                    "it once per environment as results/runs/ENV/collect_env.txt)")
     p.set_defaults(func=env_command)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mnistbench.cli.common import CliError, to_stderr
 from mnistbench.core.envvars import MIRROR_VAR
-from mnistbench.core.options import non_negative_int, positive_float
+from mnistbench.core.options import non_negative_int, path_of, positive_float
 
 
 def register(sub) -> None:
@@ -20,7 +20,7 @@ def register(sub) -> None:
         "present and verified are kept. Mirrors given with --mirror, then those in "
         f"${MIRROR_VAR} (separated by whitespace or commas), come before the defaults.",
     )
-    p.add_argument("--dest", type=Path, default=Path("resources/mnist"),
+    p.add_argument("--dest", type=path_of, default=Path("resources/mnist"),
                    help="destination folder (default: %(default)s)")
     p.add_argument("--mirror", action="append", default=[], metavar="DIR_OR_URL",
                    help="a mirror tried before the defaults: a directory, file:// or "

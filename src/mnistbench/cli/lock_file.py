@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from mnistbench.cli.common import CliError
+from mnistbench.core.options import path_of
 
 
 def register(sub) -> None:
@@ -15,7 +14,7 @@ def register(sub) -> None:
                        "never through a symlink), or check the existing one; exit 1 with the "
                        "reason and the fix when it is not a plain file "
                    "(mnistbench.launch.machinelock).")
-    p.add_argument("path", type=Path, help="the lock file (the workflow's config lock_file)")
+    p.add_argument("path", type=path_of, help="the lock file (the workflow's config lock_file)")
     p.set_defaults(func=command)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mnistbench.cli.common import CliError, to_stderr
+from mnistbench.core.options import path_of
 
 
 def register(sub) -> None:
@@ -18,9 +19,9 @@ def register(sub) -> None:
     p.add_argument("env", nargs="?", default=None,
                    help="the environment folder under RUNS (default: this machine's, "
                    "`mnistbench env-name`)")
-    p.add_argument("--runs", type=Path, default=Path("results/runs"),
+    p.add_argument("--runs", type=path_of, default=Path("results/runs"),
                    help="runs folder (default: %(default)s)")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=path_of, default=None,
                    help="the archive to write (default: ENV.mnistbench.tar.gz here, with "
                    "--as: NAME.mnistbench.tar.gz)")
     p.add_argument("--as", dest="rename", default=None, metavar="NAME",
@@ -38,8 +39,8 @@ def register(sub) -> None:
         "reads, cells that aggregate) and merge its environment into RUNS/ENV. Nothing is "
         "changed when a check fails; an environment already there is replaced only with "
         "--replace. Then rerun the workflow or `mnistbench aggregate` (docs/publish.md).")
-    p.add_argument("archive", type=Path, help="the .tar.gz `mnistbench pack` wrote")
-    p.add_argument("--runs", type=Path, default=Path("results/runs"),
+    p.add_argument("archive", type=path_of, help="the .tar.gz `mnistbench pack` wrote")
+    p.add_argument("--runs", type=path_of, default=Path("results/runs"),
                    help="runs folder to merge into (default: %(default)s)")
     p.add_argument("--replace", action="store_true",
                    help="replace the environment when RUNS already holds it")
@@ -70,7 +71,7 @@ def unpack_command(args) -> int:
 
     try:
         if args.check:
-            with args.archive.open("rb") as handle:
+            with archive.open_archive(args.archive) as handle:
                 result = archive.check_archive(handle, name=str(args.archive))
         else:
             result = archive.unpack(args.archive, args.runs, replace=args.replace)

@@ -5,10 +5,9 @@ failed) with that status's exit code."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from mnistbench.cli.common import CliError, import_measure
-from mnistbench.core.options import non_negative_int
+from mnistbench.core.options import path_of, threads_of
 
 
 def register(sub) -> None:
@@ -27,9 +26,9 @@ def register(sub) -> None:
                    dest="precisions", metavar="PRECISION",
                    help=f"a precision to measure ({', '.join(PRECISIONS)}; repeatable; "
                    "default: fp32)")
-    p.add_argument("--threads", type=non_negative_int, default=0,
+    p.add_argument("--threads", type=threads_of, default=0,
                    help="torch intra-op CPU threads (0: torch's default)")
-    p.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    p.add_argument("--out", type=path_of, required=True, help="the JSON file to write")
     p.add_argument("--record-failure", metavar="REASON", default=None,
                    help="measure nothing: write a record of status failed with REASON (the "
                    "workflow's peak rule does when the measuring process itself failed, so "

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from mnistbench.cli.common import CliError, to_stderr
+from mnistbench.core.options import path_of
 from mnistbench.core.schema import ProblemKind
 
 #: What each ``--allow-KIND`` waives, in the help.
@@ -25,12 +26,12 @@ def register(sub) -> None:
         "naming the cells, when cells of the config's study are missing, failed or stale "
         "(measured by other code than this checkout's), unless allowed with a --reason that "
         "the manifest records. Run it from the project's folder (docs/publish.md).")
-    p.add_argument("--results", type=Path, default=Path("results"),
+    p.add_argument("--results", type=path_of, default=Path("results"),
                    help="results folder: runs/, the tables, cost_model.json "
                    "(default: %(default)s)")
-    p.add_argument("--report", type=Path, default=Path("report"),
+    p.add_argument("--report", type=path_of, default=Path("report"),
                    help="the publication folder (default: %(default)s)")
-    p.add_argument("--configfile", type=Path, action="append", default=None,
+    p.add_argument("--configfile", type=path_of, action="append", default=None,
                    help="the config(s) the study ran with, in Snakemake's order (repeatable; "
                    "default: config/config.yaml)")
     p.add_argument("--env-configfile", action="append", default=[], metavar="ENV=FILE",
@@ -38,7 +39,7 @@ def register(sub) -> None:
                    help="environment ENV ran a study of its own: FILE was its --configfile, "
                    "loaded after the --configfile(s); its cells are checked against that "
                    "study (repeatable; e.g. the container's part of the matrix)")
-    p.add_argument("--cost-model", type=Path, default=None,
+    p.add_argument("--cost-model", type=path_of, default=None,
                    help="cost model to publish (default: RESULTS/cost_model.json)")
     for kind in ProblemKind:
         p.add_argument(f"--allow-{kind}", action="store_true",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mnistbench.cli.common import CliError
+from mnistbench.core.options import path_of
 
 
 def register(sub) -> None:
@@ -15,15 +16,15 @@ def register(sub) -> None:
         description="Render one self-contained HTML file (CSS inline, charts embedded) from "
         "the aggregated tables and a cost model.",
     )
-    p.add_argument("--results", type=Path, default=Path("results"),
+    p.add_argument("--results", type=path_of, default=Path("results"),
                    help="folder with summary.csv, epochs.csv, resources.csv "
                    "(default: %(default)s)")
-    p.add_argument("--cost-model", type=Path, default=None,
+    p.add_argument("--cost-model", type=path_of, default=None,
                    help="YAML or JSON file with the cost model (prices, power, life); "
                    "default: the built-in model")
-    p.add_argument("--out", type=Path, default=Path("results/report/index.html"),
+    p.add_argument("--out", type=path_of, default=Path("results/report/index.html"),
                    help="the HTML file to write")
-    p.add_argument("--figures-dir", type=Path, default=None,
+    p.add_argument("--figures-dir", type=path_of, default=None,
                    help="also write each chart as a PNG file here")
     p.add_argument("--command", default=None,
                    help="the command that reproduces this report, shown in the methodology")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mnistbench.cli.common import CliError
 from mnistbench.core import untrusted
+from mnistbench.core.options import path_of
 
 
 def register(sub) -> None:
@@ -20,9 +21,9 @@ def register(sub) -> None:
         "one (RUNS/{env}/peak/{device}.json, `mnistbench peak`): summary.csv's limit_* "
         "columns.",
     )
-    p.add_argument("runs", type=Path, nargs="?", default=Path("results/runs"),
+    p.add_argument("runs", type=path_of, nargs="?", default=Path("results/runs"),
                    help="runs folder (default: %(default)s)")
-    p.add_argument("--out-dir", type=Path, default=Path("results"),
+    p.add_argument("--out-dir", type=path_of, default=Path("results"),
                    help="where the CSVs go (default: %(default)s)")
     p.set_defaults(func=aggregate_command, cleans_up=True)
 
@@ -35,7 +36,7 @@ def register(sub) -> None:
         "environment one after the other, or those named with --env side by side (two get "
         "the speed-up of the second over the first). Markdown, ready to paste into an issue, "
         "or CSV (mnistbench.results.table).")
-    p.add_argument("--results", type=Path, default=Path("results"),
+    p.add_argument("--results", type=path_of, default=Path("results"),
                    help="folder with the aggregated summary.csv (report/data for the "
                    "published study)")
     p.add_argument("--env", action="append", default=[], metavar="ENV", dest="envs",

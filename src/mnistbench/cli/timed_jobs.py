@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from mnistbench.core.devices import DEVICES, PRECISIONS
-from mnistbench.core.options import non_negative_int
+from mnistbench.core.options import path_of, threads_of
 from mnistbench.launch import machinelock, timedjob
 
 
 def _job_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lock", type=Path, default=None,
+    parser.add_argument("--lock", type=path_of, default=None,
                         help="the machine-wide lock file of timed cells, created or checked "
                         "safely (the workflow's config lock_file; default: "
                         f"{machinelock.DEFAULT_NAME} in the temporary folder)")
-    parser.add_argument("--log", type=Path, required=True,
+    parser.add_argument("--log", type=path_of, required=True,
                         help="the job's log, written afresh: the wait, the command's output, "
                         "how it ended")
     parser.add_argument("--launcher", default="mnistbench",
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
     cell.add_argument("--workflow-digest", default=None, metavar="DIGEST",
                       help="the workflow's digest, recorded by the cell as env.workflow_digest "
                       "(the workflow passes its bench rule's)")
-    cell.add_argument("--out", type=Path, required=True,
+    cell.add_argument("--out", type=path_of, required=True,
                       help="the cell's folder (train --out)")
     cell.add_argument("train_args", nargs=argparse.REMAINDER, metavar="-- TRAIN_ARGS",
                       help="the cell's `mnistbench train` flags but --out")
@@ -60,9 +60,9 @@ def register(sub: Any) -> None:
     peak.add_argument("--precision", action="append", choices=PRECISIONS, default=None,
                       dest="precisions", metavar="PRECISION",
                       help="a precision to measure (repeatable; none: peak's own default)")
-    peak.add_argument("--threads", type=non_negative_int, default=0,
+    peak.add_argument("--threads", type=threads_of, default=0,
                       help="torch intra-op CPU threads (0: torch's default)")
-    peak.add_argument("--out", type=Path, required=True, help="the record to write (JSON)")
+    peak.add_argument("--out", type=path_of, required=True, help="the record to write (JSON)")
     peak.set_defaults(func=peak_command)
 
 

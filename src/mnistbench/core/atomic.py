@@ -107,6 +107,20 @@ class NotARegularFile(OSError):
         return str(self.strerror)
 
 
+class UnderAFile(NotADirectoryError):
+    """A write's target lies under a file (``--out notes.txt/report.html``): its folder can
+    never be made. ``filename`` is the target, ``blocking`` the file in the way."""
+
+    def __init__(self, path: Path | str, blocking: Path | str) -> None:
+        super().__init__(errno.ENOTDIR, f"{blocking} is a file, not a folder, so {path} "
+                         "cannot be written under it: move that file out of the way, or "
+                         "write elsewhere", str(path))
+        self.blocking = str(blocking)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
 def file_kind(mode: int) -> str:
     """What the file of ``mode`` (an ``os.stat`` ``st_mode``) is, in words: "a folder",
     "a FIFO (named pipe)", "a character device", ..."""
@@ -117,6 +131,20 @@ def file_kind(mode: int) -> str:
         if test(mode):
             return name
     return "a special file"
+
+
+def not_there(path: Path | str, wanted: str = "a regular file") -> str:
+    """Why ``path`` is not ``wanted`` (``a regular file``, ``a folder``), in words for an
+    error: ``does not exist``, ``is a folder, not a regular file``, ``is a symbolic link to
+    nothing``; a folder named in place of a file was said not to exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return ("is a symbolic link to nothing" if os.path.islink(path)
+                else "does not exist")
+    except OSError as exc:
+        return f"cannot be looked at ({exc.strerror})"
+    return f"is {file_kind(mode)}, not {wanted}"
 
 
 def check_target(path: Path | str) -> None:
@@ -138,7 +166,13 @@ def atomic_open(path: Path | str, mode: str = "w", **kwargs) -> Iterator[IO]:
     (writing nothing) when ``path`` is a device, FIFO, socket or folder."""
     path = Path(path)
     check_target(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # "[Errno 17] File exists" named no fix
+        blocking = blocking_file(path.parent)
+        if blocking is None:
+            raise
+        raise UnderAFile(path, blocking) from None
     remove_dead(path.parent, f".{path.name}.", ".part")  # a killed writer's temporary
     fd, tmp = tempfile.mkstemp(prefix=owner_prefix(f".{path.name}."), suffix=".part",
                                dir=path.parent)
@@ -253,9 +287,11 @@ def remove_dirs(created: Iterable[Path]) -> None:
             return
 
 
-def folder_error(folder: Path | str, exc: OSError, what: str, option: str) -> str:
+def folder_error(folder: Path | str, exc: OSError, what: str, option: str,
+                 names_a_file: bool = False) -> str:
     """One sentence naming ``folder``, why ``what`` cannot be written there (``exc``) and the
-    fix, phrased around the command-line ``option`` that chose the folder."""
+    fix, phrased around the command-line ``option`` that chose the folder (``names_a_file``:
+    the option names a file in ``folder``, as ``--out`` of ``pack`` does, not the folder)."""
     folder = Path(folder)
     if isinstance(exc, NotARegularFile):
         fix = (f"pass {option} a file name inside that folder (e.g. {exc.filename}/NAME)"
@@ -267,8 +303,9 @@ def folder_error(folder: Path | str, exc: OSError, what: str, option: str) -> st
     blocking = blocking_file(folder)
     if blocking is not None:
         where = "it" if blocking == folder else blocking
+        wanted = "the path of a file in a folder" if names_a_file else "a folder"
         return (f"cannot write {what} into {folder}: {where} is a file, not a folder. Pass "
-                f"{option} a folder (or move that file out of the way).")
+                f"{option} {wanted} (or move that file out of the way).")
     reason = exc.strerror or str(exc)
     if exc.filename and Path(exc.filename) != folder:
         reason += f" ({exc.filename})"

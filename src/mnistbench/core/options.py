@@ -45,6 +45,21 @@ SETTING_CHOICES: dict[str, tuple[str, ...]] = {
 #: The widest network a cell may train (``--width``; the config's ``$defs.width`` maximum,
 #: workflow/schemas/config.schema.yaml): x16 is 256x the FLOPs of x1 already.
 MAX_WIDTH = 16
+#: The most intra-op threads and DataLoader workers a cell may ask for, and its longest time
+#: limit in s (the config's maxima of threads, workers and time_limit; a test holds each to
+#: the schema's number): torch.set_num_threads(100000) crashed the process (SIGSEGV), 100000
+#: workers hung it, and a limit of 1e308 s overflowed the clock.
+MAX_THREADS = 1024
+MAX_WORKERS = 64
+MAX_TIME_LIMIT_S = 604_800
+#: The most timed epochs, warm-up steps and steps per epoch a cell may take (the config's
+#: $defs maxima: 99999999999999999999 warm-up steps was an OverflowError traceback).
+MAX_EPOCHS = 1000
+MAX_WARMUP_STEPS = 10_000
+MAX_STEPS = 1_000_000
+#: The resource sampler's period, in s: from 10 ms (a shorter one busy-loops beside the timed
+#: work) to an hour (1e308 overflowed the clock). Not a config key.
+SAMPLE_INTERVAL_S = (0.01, 3600.0)
 #: Flags that only a ``dataloader`` cell uses; a ``resident`` cell records them as null (not
 #: applicable), whatever was passed (the workflow passes the study-wide values to every cell).
 DATALOADER_ONLY = ("workers", "pin_memory")
@@ -118,6 +133,37 @@ def width_of(text: str) -> int:
     return value
 
 
+def capped_int(high: int, key: str, low: int = 0):
+    """An argparse type: an int from ``low`` (0 or 1) to ``high``, the config ``key``'s
+    maximum."""
+    def parse(text: str) -> int:
+        value = positive_int(text) if low else non_negative_int(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(
+                f"{value} is more than {high}, the most a cell of the study takes (config key "
+                f"{key} caps it too): pass {low} to {high}")
+        return value
+    parse.__name__ = "count"
+    return parse
+
+
+#: ``--threads`` of train, peak and run-peak: 0 (torch's default) to :data:`MAX_THREADS`.
+threads_of = capped_int(MAX_THREADS, "threads")
+
+
+def float_between(low: float, high: float, what: str):
+    """An argparse type: a finite float from ``low`` to ``high`` (``what``: its unit and why,
+    for the message)."""
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number from {low:g} to {high:g} {what}, got {value:g}")
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
 def limit_of(total: int, what: str):
     """An argparse type: an int from 0 to ``total`` (the samples of a split, ``what``)."""
     def parse(text: str) -> int:
@@ -148,6 +194,40 @@ def batch_problem(batch_size: int, train_limit: int, max_batch: bool = False) ->
             f"recorded {batch_size}; {fix}")
 
 
+def path_of(text: str) -> Path:
+    """A path given on the command line; an empty one (``--out ""``, an unset shell
+    variable) is refused rather than read as the current folder, which wrote into it or
+    aggregated it without a word."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"is empty ({text!r}): give a path (. for the "
+                                         "current folder); an unset shell variable, perhaps")
+    return Path(text)
+
+
+def folder_name_of(text: str) -> str:
+    """A name that files a cell (``--env``, ``--experiment``, ``--cell``): a plain folder
+    name under results/runs, used as given or refused, never renamed (``../x`` was recorded
+    as it was, and the cell refused only at the aggregate)."""
+    from mnistbench.core.study import MAX_NAME_LEN, safe_name
+
+    name = safe_name(text, default="")
+    if not text or name != text:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a plain folder name under results/runs (A-Z a-z 0-9 . _ -, at "
+            f"most {MAX_NAME_LEN} characters, not starting or ending with . _ -): "
+            + (f"pass {name!r}" if name else "pass a name such as 'lab-gpu'"))
+    return text
+
+
+def tip_of(text: str) -> str:
+    """A lever of the tips experiment (:data:`mnistbench.core.study.TIP_NAMES`), or empty for
+    none; anything else would record a tip no result may hold."""
+    if text and text not in TIP_NAMES:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a tip of the study; pass one of "
+                                         f"{', '.join(TIP_NAMES)}, or leave --tip out")
+    return text
+
+
 def positive_float(text: str) -> float:
     """A finite float greater than 0 (NaN and inf are refused)."""
     value = float(text)
@@ -166,9 +246,9 @@ def non_negative_float(text: str) -> float:
 
 def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Declare every option of `mnistbench train` on ``p`` and return it."""
-    p.add_argument("--data", type=Path, default=Path("resources/mnist"),
+    p.add_argument("--data", type=path_of, default=Path("resources/mnist"),
                    help="folder with the four verified MNIST IDX files (default: %(default)s)")
-    p.add_argument("--out", type=Path, required=True, help="output folder of the cell")
+    p.add_argument("--out", type=path_of, required=True, help="output folder of the cell")
     p.add_argument("--device", choices=DEVICES, default="cpu",
                    help="cpu; cuda (NVIDIA CUDA, or AMD ROCm/HIP with torch's ROCm build); xpu "
                    "(Intel GPU); mps (Apple silicon)")
@@ -182,14 +262,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--loader", choices=LOADERS, default=Loader.RESIDENT,
                    help="dataloader: Dataset + transform + torch DataLoader (the blog's "
                    "pipeline); resident: the normalised dataset as one tensor on the device")
-    p.add_argument("--epochs", type=positive_int, default=1, help="timed epochs")
+    p.add_argument("--epochs", type=capped_int(MAX_EPOCHS, "epochs", low=1), default=1,
+                   help="timed epochs")
     p.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     p.add_argument("--seed", type=non_negative_int, default=0,
                    help="seed of the initialisation, the shuffling and the dropout")
-    p.add_argument("--threads", type=non_negative_int, default=0,
+    p.add_argument("--threads", type=threads_of, default=0,
                    help="torch intra-op CPU threads (0: torch's default)")
     allocator_option(p)
-    p.add_argument("--workers", type=non_negative_int, default=0,
+    p.add_argument("--workers", type=capped_int(MAX_WORKERS, "workers"), default=0,
                    help="DataLoader worker processes (dataloader loader only; a resident "
                    "cell records none: not applicable)")
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False,
@@ -220,9 +301,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    f"{CPU_MAX_BATCH_CAP} samples) "
                    "and train at it, timing the same number of samples (--max-steps x "
                    "--batch-size) in fewer steps")
-    p.add_argument("--warmup-steps", type=non_negative_int, default=3,
+    p.add_argument("--warmup-steps", type=capped_int(MAX_WARMUP_STEPS, "warmup_steps"),
+                   default=3,
                    help="untimed warm-up steps; the trajectory is restored afterwards")
-    p.add_argument("--max-steps", type=non_negative_int, default=0,
+    p.add_argument("--max-steps", type=capped_int(MAX_STEPS, "max_steps"), default=0,
                    help="cap on training steps per epoch (0: a full epoch)")
     p.add_argument("--train-limit", type=limit_of(MNIST_TRAIN_SAMPLES, "training"), default=0,
                    help=f"use only the first N training samples (0: all {MNIST_TRAIN_SAMPLES})")
@@ -233,19 +315,24 @@ def add_train_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "the same shapes as training, which warm-up and autotuning already cover; "
                    f"{GRAPH_IMPLEMENTATION}: the whole test split in one batch); "
                    "recorded as at most the test samples the cell uses")
-    p.add_argument("--sample-interval", type=positive_float, default=0.5,
+    p.add_argument("--sample-interval", type=float_between(*SAMPLE_INTERVAL_S, "s"),
+                   default=0.5,
                    help="resource sampler period in seconds")
-    p.add_argument("--time-limit", type=non_negative_float, default=0.0, metavar="SECONDS",
+    p.add_argument("--time-limit", type=float_between(0, MAX_TIME_LIMIT_S, "s (0: none; a "
+                   "week at most, the config's time_limit)"), default=0.0, metavar="SECONDS",
                    help="wall-clock limit of the warm-up and timed epochs; a cell that reaches "
                    "it is recorded as failed and exits 12 (0: no limit)")
-    p.add_argument("--env", default=None,
+    p.add_argument("--env", type=folder_name_of, default=None,
                    help="environment name recorded in the summary (default: $MNISTBENCH_ENV "
                    "or the host name)")
-    p.add_argument("--experiment", default="adhoc", help="experiment name recorded")
-    p.add_argument("--cell", default=None, help="cell id recorded (default: --out's name)")
+    p.add_argument("--experiment", type=folder_name_of, default="adhoc",
+                   help="experiment name recorded")
+    p.add_argument("--cell", type=folder_name_of, default=None,
+                   help="cell id recorded (default: --out's name)")
     p.add_argument("--repeat", type=non_negative_int, default=0, help="repeat index recorded")
-    p.add_argument("--tip", default="", help="the tips experiment's lever this cell measures "
-                   "(recorded; mnistbench.core.study.TIPS; default: none)")
+    p.add_argument("--tip", type=tip_of, default="",
+                   help="the tips experiment's lever this cell measures (recorded; "
+                   "mnistbench.core.study.TIPS; default: none)")
     p.add_argument("--quiet", action="store_true",
                    help="print nothing but errors: no progress bar, no result line, no "
                    "summary path (what the workflow passes)")

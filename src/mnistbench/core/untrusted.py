@@ -171,11 +171,19 @@ def read_text_file(path: Path | str, *, max_bytes: int = MAX_CONFIG_BYTES) -> st
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UnsafeFile(path, exc.strerror or "cannot be opened", exc.errno or 0) from None
-    with os.fdopen(fd, "rb") as handle:
+    try:
+        # fstat before fdopen: fdopen of a folder raises IsADirectoryError (a traceback).
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise UnsafeFile(path, f"not a regular file but {_kind(st.st_mode)}")
-        raw = handle.read(max_bytes + 1)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(max_bytes + 1)
+    except UnsafeFile:
+        raise
+    except OSError as exc:
+        raise UnsafeFile(path, f"unreadable ({exc.strerror})", exc.errno or 0) from None
+    finally:
+        os.close(fd)
     if len(raw) > max_bytes:
         raise UnsafeFile(path, f"more than the {max_bytes} bytes such a file may hold",
                          errno.EFBIG)
@@ -370,7 +378,10 @@ def csv_safe(value: object) -> str:
 # ---------------------------------------------------------------------------------------------
 # Standard output
 class StdoutError(OSError):
-    """Standard output cannot be written (a full disk, ``> /dev/full``, a closed pipe)."""
+    """Standard output cannot be written (a full disk, ``> /dev/full``, a closed pipe).
+    ``why``: the system's reason (``No space left on device``)."""
+
+    why = ""
 
     def __str__(self) -> str:
         return str(self.strerror)
@@ -385,9 +396,22 @@ def write_stdout(text: str, what: str = "the output") -> None:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
-    except OSError as exc:
-        with contextlib.suppress(OSError, ValueError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise StdoutError(exc.errno or 0, f"cannot write {what} to stdout: "
-                          f"{exc.strerror or exc} (a full disk, or a closed pipe); redirect "
-                          "it to a file on a disk with room") from None
+    except OSError as exc:  # a StdoutError too (the CLI's guarded stdout): named again
+        raise stdout_error(exc, what) from None
+
+
+def stdout_error(exc: OSError, what: str = "the output") -> StdoutError:
+    """The :class:`StdoutError` of a failed write of ``what`` to stdout (``exc``), with the
+    process's stdout then pointed at /dev/null so that Python's flush at exit does not fail
+    again with a traceback (or exit 120)."""
+    import sys
+
+    stdout = sys.__stdout__
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        if stdout is not None:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+    why = exc.why if isinstance(exc, StdoutError) else (exc.strerror or str(exc))
+    error = StdoutError(exc.errno or 0, f"cannot write {what} to stdout: {why} (a full disk, "
+                        "or a closed pipe); redirect it to a file on a disk with room")
+    error.why = why
+    return error

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mnistbench import __version__
-from mnistbench.core import options, provenance, schema, study
+from mnistbench.core import options, provenance, schema, study, untrusted
 from mnistbench.core.atomic import write_json
 from mnistbench.core.devices import cuda_hidden
 from mnistbench.core.envvars import GPU_NOTE_VAR, IMAGE_ID_VAR, WORKFLOW_DIGEST_VAR
@@ -211,13 +211,19 @@ def load_record(path: Path | str) -> dict:
     """An image record written by :func:`build_image`; :class:`ContainerError` when it is
     missing or not one."""
     path = Path(path)
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not (path.exists() or path.is_symlink()):
         raise ContainerError(f"image record {path} does not exist; build the image first "
                              f"(mnistbench docker build ... --record {path}, which the "
-                             "workflow's docker_image rule runs).") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                             "workflow's docker_image rule runs).")
+    try:
+        # bounded: a record nested 5000 deep was a RecursionError traceback
+        text = untrusted.read_text_file(path)
+        untrusted.check_json_depth(text)
+        record = json.loads(text)
+    except untrusted.UnsafeFile as exc:
+        raise ContainerError(f"cannot read image record {path}: {exc.why}. Delete it and "
+                             "build the image again.") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and TooComplex among them
         raise ContainerError(f"cannot read image record {path}: {exc}. Delete it and build "
                              "the image again.") from None
     if not isinstance(record, dict) or not str(record.get("image_id", "")).startswith(

@@ -41,8 +41,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from mnistbench.core import network, options, schema, study
+from mnistbench.core import network, options, schema, study, untrusted
 from mnistbench.core.devices import Loader
 
 #: Share of the measured limit (the peak step's best GFLOP/s at the cell's precision) a cell's
@@ -92,6 +93,55 @@ class Work:
         return f"{self.key[1]}/{self.key[2]}"
 
 
+#: The most GFLOPs a planned cell may hold (a full study's largest is far below).
+MAX_CELL_GFLOP = 1e9
+
+
+def _keys(data: dict, where: str, keys: tuple[str, ...]) -> None:
+    missing, extra = [k for k in keys if k not in data], sorted(set(data) - set(keys))
+    if missing or extra:
+        raise ValueError(f"{where} " + "; ".join(
+            ([f"lacks {', '.join(missing)}"] if missing else [])
+            + ([f"has {', '.join(map(str, extra))}, which no plan has"] if extra else [])))
+
+
+def _list(data: dict, key: str) -> list:
+    if not isinstance(data[key], list):
+        raise ValueError(f"{key} is a {type(data[key]).__name__}, expected a list")
+    return data[key]
+
+
+def _strings(values: object, where: str, count: int | None = None) -> list[str]:
+    if (not isinstance(values, list) or not all(isinstance(v, str) for v in values)
+            or (count is not None and len(values) != count)):
+        expected = f"{count} strings" if count else "a list of strings"
+        raise ValueError(f"{where} is {str(values)[:80]!r}, expected {expected}")
+    return list(values)
+
+
+def _string(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{where} is {str(value)[:80]!r}, expected a string")
+    return value
+
+
+def _work(data: object, where: str) -> Work:
+    """One cell of a plan's JSON, checked (:meth:`Plan.from_json`)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    _keys(data, where, ("key", "device", "precision", "code", "gflop"))
+    gflop = data["gflop"]
+    if (not isinstance(gflop, int | float) or isinstance(gflop, bool) or not math.isfinite(gflop)
+            or not 0 <= gflop <= MAX_CELL_GFLOP):
+        raise ValueError(f"{where}.gflop is {gflop!r}, expected a finite number 0 to "
+                         f"{MAX_CELL_GFLOP:g}")
+    key = _strings(data["key"], f"{where}.key", 3)
+    device, precision, code = (_string(data[k], f"{where}.{k}")
+                               for k in ("device", "precision", "code"))
+    return Work(key=(key[0], key[1], key[2]), device=device, precision=precision, code=code,
+                gflop=float(gflop))
+
+
 def cell_gflop(cell: study.Cell) -> float:
     """The GFLOPs ``cell`` computes: per epoch its training samples (train_limit or all of
     MNIST, at most max_steps batches) and its test samples, plus the warm-up steps."""
@@ -119,14 +169,18 @@ def peak_gflops(runs: str | os.PathLike[str], env: str, device: str, precision: 
     row, else :data:`DEFAULT_PEAK_GFLOPS` (False)."""
     path = Path(runs, env, schema.PEAK_DIR, schema.peak_file(device))
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        # bounded: a record nested 5000 deep was a RecursionError in `estimate` (and -n)
+        record: Any = untrusted.loads_strict(path.read_text(encoding="utf-8"))
         rows = record.get("rows") or []
-    except (OSError, ValueError, AttributeError):
-        rows = []
-    for wanted in (precision, "fp32"):
-        row = schema.best_peak_row(rows, wanted)
-        if row is not None and row.get("gflops"):
-            return float(row["gflops"]), True
+        for wanted in (precision, "fp32"):
+            row = schema.best_peak_row(rows, wanted)
+            if row is not None and row.get("gflops"):
+                gflops = float(row["gflops"])
+                if math.isfinite(gflops) and gflops > 0:  # a word or NaN: the default
+                    return gflops, True
+                break
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
     default = DEFAULT_PEAK_GFLOPS.get(device, DEFAULT_PEAK_GFLOPS["cpu"])
     return default * (max(1, cores) if device in PER_CORE else 1), False
 
@@ -244,10 +298,22 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
+        """The plan that :meth:`to_json` wrote; ValueError naming the key and what it should
+        hold for anything else (nesting too deep, a key missing or extra, a word where a
+        number goes, NaN or a negative GFLOP count, no cores), never a traceback later."""
+        untrusted.check_json_depth(text)
         data = json.loads(text)
-        cells = [Work(**{**w, "key": tuple(w["key"])}) for w in data["cells"]]
-        return cls(cells=cells, peaks=[tuple(p) for p in data["peaks"]], runs=data["runs"],
-                   cores=data["cores"], envs=list(data["envs"]))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        _keys(data, "the plan", ("cells", "peaks", "runs", "cores", "envs"))
+        cells = [_work(w, f"cells[{i}]") for i, w in enumerate(_list(data, "cells"))]
+        peaks = [(p[0], p[1]) for p in (_strings(p, f"peaks[{i}]", 2)
+                                        for i, p in enumerate(_list(data, "peaks")))]
+        cores = data["cores"]
+        if not isinstance(cores, int) or isinstance(cores, bool) or not 1 <= cores <= 1 << 20:
+            raise ValueError(f"cores is {cores!r}, expected a whole number 1 or more")
+        return cls(cells=cells, peaks=peaks, runs=_string(data["runs"], "runs"),
+                   cores=cores, envs=_strings(data["envs"], "envs"))
 
     @classmethod
     def of_cells(cls, cells: Iterable[study.Cell], peaks: Iterable[tuple[str, str]],
@@ -278,7 +344,7 @@ def summary_observation(path: Path, plan: Plan, wall_s: float | None = None
     unreadable one): its work from its recorded params, its wall time ``wall_s`` (the study's
     time on it) or else its process's (timed, warm-up and overhead s)."""
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
+        summary: Any = untrusted.loads_strict(path.read_text(encoding="utf-8"))  # bounded
         if summary.get("status") != "ok":
             return None
         p, t = summary["params"], summary["timing"]
@@ -293,7 +359,7 @@ def summary_observation(path: Path, plan: Plan, wall_s: float | None = None
                           width=int(p.get("width") or 1))
         if wall_s is None:
             wall_s = float(t["timed_s"]) + float(t["warmup_s"] or 0) + float(t["overhead_s"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     work = cell_work(cell)
     return Observation(code=work.code, x=plan.x(work)[0], wall_s=wall_s)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from mnistbench.core import schema
+from mnistbench.core import atomic, schema
 from mnistbench.core.envvars import WORKFLOW_DIGEST_VAR
 from mnistbench.launch import machinelock, plan
 
@@ -211,6 +211,11 @@ def run_timed(command: Sequence[str], log: IO[bytes], env: Mapping[str, str],
 def open_log(path: str | os.PathLike[str], append: bool = False) -> Iterator[IO[bytes]]:
     """The job's log, emptied first unless ``append``; its folder is made. Every write, the
     command's too, goes to its end (``O_APPEND``), as the rules' ``>>`` did."""
+    shown = os.fspath(path)
+    if os.path.exists(shown) and not os.path.isfile(shown):  # /dev/full: "Invalid argument"
+        raise TimedJobError(f"the log {shown} {atomic.not_there(shown)}: a job "
+                            "empties its log first. Give --log the path of a regular file, or "
+                            "of a new one.")
     try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "ab")  # noqa: SIM115 (closed below)

@@ -155,6 +155,8 @@ def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel |
     if figures_dir is not None and not charts:
         raise ValueError("figures_dir needs the charts: pass charts=True")
     out = Path(out)
+    if figures_dir is not None:  # before the charts are drawn, and never blamed on --out
+        _check_figures_dir(Path(figures_dir))
     model = model or cost.load_model(None)
     # one block per column (as read from CSV) makes every added column slow: consolidate
     tables = aggregate.Tables(tables.summary.copy(), tables.epochs.copy(),
@@ -165,14 +167,31 @@ def write_report(tables: aggregate.Tables, out: Path, *, model: cost.CostModel |
     figures = draw_charts(tables) if charts else None
     html = render_html(build_context(tables, model, command=command, results=Path(results),
                                      figures=figures, checks=checks))
-    try:
-        if figures_dir is not None and figures is not None:  # figures_dir: charts drawn
+    if figures_dir is not None and figures is not None:  # figures_dir: charts drawn
+        try:
             _write_figures(figures, Path(figures_dir))
+        except OSError as exc:
+            raise ReportError(f"cannot write the charts into {figures_dir}: "
+                              f"{exc.strerror or exc}. Pass --figures-dir a folder that can "
+                              "be written; the report was not written.") from None
+    try:
         atomic.write_text(out, html)
     except OSError as exc:
         raise ReportError(f"cannot write the report to {out}: {exc}. Check that the folder "
                           "is writable, or pass another --out.") from None
     return out
+
+
+def _check_figures_dir(folder: Path) -> None:
+    """:class:`ReportError` naming ``--figures-dir`` when ``folder`` exists but is no folder,
+    or lies under a file: the charts could not be written there."""
+    for place in (folder, *folder.parents):
+        if place.exists() or place.is_symlink():
+            if not place.is_dir():
+                raise ReportError(f"cannot write the charts into {folder}: {place} is a file, "
+                                  "not a folder. Pass --figures-dir a folder (or move that "
+                                  "file out of the way); nothing was written.")
+            return
 
 
 def _write_figures(figures: dict[str, bytes | None], folder: Path) -> None:

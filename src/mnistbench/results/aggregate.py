@@ -104,7 +104,8 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     if not runs.is_dir():
         raise AggregateError(
-            f"runs folder {runs} does not exist. Run the study first (snakemake, or "
+            f"runs folder {runs} {atomic.not_there(runs, 'a folder')}. Run the study first "
+            "(snakemake, or "
             f"`mnistbench train --out {runs}/ENV/EXPERIMENT/CELL`), or pass the folder that "
             "holds ENV/EXPERIMENT/CELL/summary.json.")
     try:
@@ -408,8 +409,9 @@ def load_tables(results: Path) -> Tables:
         path = results / name
         if not path.is_file():
             raise AggregateError(
-                f"{path} does not exist. Run `mnistbench aggregate RUNS --out-dir {results}` "
-                "first (or pass --results with the folder that holds the aggregated CSVs).")
+                f"{path} {atomic.not_there(path)}. Run `mnistbench aggregate RUNS --out-dir "
+                f"{results}` first (or pass --results with the folder that holds the "
+                "aggregated CSVs).")
         try:
             frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
         except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:

@@ -66,6 +66,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 from mnistbench import __version__
 from mnistbench.core import atomic, schema, study
@@ -188,9 +189,9 @@ def _pack_renamed(runs: Path, env: str, new: str, out: Path | None, log) -> Path
             target.parent.mkdir(parents=True, exist_ok=True)
             if path.name == schema.SUMMARY_FILE and _depth(path, root) == 3:
                 try:
-                    data = json.loads(path.read_text(encoding="utf-8"))
-                    data["params"]["env"] = new
-                except (ValueError, KeyError, TypeError) as exc:
+                    data = validate.read_json_strict(path)  # bounded (a RecursionError)
+                    data["params"]["env"] = new  # type: ignore[index]
+                except (OSError, ValueError, KeyError, TypeError) as exc:
                     raise ArchiveError(f"{path}: cannot rename its environment ({exc}); "
                                        f"{validate.FIX}, then pack again.") from None
                 atomic.write_json(target, data)
@@ -263,7 +264,8 @@ def _pack(runs: Path, env: str, out: Path | None, log, renamed_from: str = "") -
             check_archive(handle, name=str(out))
     except OSError as exc:
         atomic.remove_dirs(made)
-        raise ArchiveError(atomic.folder_error(out.parent, exc, "the archive", "--out")
+        raise ArchiveError(atomic.folder_error(out.parent, exc, "the archive", "--out",
+                                               names_a_file=True)
                            ) from None
     except ArchiveError as exc:
         atomic.remove_dirs(made)
@@ -367,13 +369,24 @@ def unpack(archive: Path, runs: Path, *, replace: bool = False,
     ``replace``: an environment already in ``runs`` is replaced (else refused). Raises
     :class:`ArchiveError` naming the member and the problem; ``runs`` is then unchanged."""
     archive, runs = Path(archive), Path(runs)
+    with open_archive(archive) as handle:
+        return _unpack(handle, str(archive), runs, replace=replace, limits=limits)
+
+
+def open_archive(archive: Path) -> IO[bytes]:
+    """The archive file ``archive`` opened for reading; :class:`ArchiveError` naming it when
+    it is missing, unreadable or not a regular file (a FIFO blocked the open for good, a
+    folder said "Is a directory")."""
+    archive = Path(archive)
+    if archive.exists() and not archive.is_file():
+        raise ArchiveError(f"cannot read the archive {archive}: {archive} "
+                           f"{atomic.not_there(archive)}. Give the path of the .tar.gz "
+                           "`mnistbench pack` wrote.")
     try:
-        handle = archive.open("rb")
+        return archive.open("rb")
     except OSError as exc:
         raise ArchiveError(f"cannot read the archive {archive}: {exc.strerror or exc}."
                            ) from None
-    with handle:
-        return _unpack(handle, str(archive), runs, replace=replace, limits=limits)
 
 
 def check_archive(handle, *, name: str = "archive", limits: Limits = LIMITS) -> Unpacked:

@@ -242,6 +242,36 @@ def load_model(path: Path | None) -> CostModel:
     :data:`DEFAULT_MODEL` when ``path`` is None."""
     if path is None:
         return validate(DEFAULT_MODEL)
+    return validate(read_model_file(path), str(path))
+
+
+def parse_model_text(text: str, source: str) -> object:
+    """The JSON object ``text`` (``--config-json {...}``), parsed bounded (nesting, size):
+    :class:`CostError` naming ``source`` otherwise, never a RecursionError."""
+    try:
+        untrusted.check_json_depth(text)
+        data = json.loads(text)
+        untrusted.check_tree(data, what=f"cost model {source}")
+    except untrusted.TooComplex as exc:
+        raise CostError(f"{exc if 'cost model' in str(exc) else f'cost model {source}: {exc}'}"
+                        ". A cost model is a few keys deep (docs/report.md).") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise CostError(f"cost model {source} is not valid JSON: {exc}. Pass a JSON object, "
+                        "or the path of a file holding one.") from None
+    return data
+
+
+#: The fix of a cost model file that cannot be used, by the flag that named it.
+_BUILT_IN = {"--cost-model": "leave --cost-model out to use the built-in model",
+             "--config-json": "pass --config-json '{}' for the built-in model"}
+
+
+def read_model_file(path: Path | str, flag: str = "--cost-model") -> object:
+    """The document in the cost model file ``path`` (YAML, or JSON by a ``.json`` suffix),
+    read bounded (a regular file of at most 4 MiB, nesting and aliases capped), not yet
+    checked against the schema: :class:`CostError` naming the file and the fix otherwise (a
+    folder, an empty file, a syntax error, too deep), never its content nor a traceback.
+    ``flag``: the option that named the file (``--cost-model``, ``--config-json``)."""
     import yaml
 
     path = Path(path)
@@ -249,8 +279,7 @@ def load_model(path: Path | None) -> CostModel:
         text = untrusted.read_text_file(path)
     except untrusted.UnsafeFile as exc:
         raise CostError(f"cannot read the cost model {path}: {exc.why}. Pass an existing "
-                        "YAML/JSON file to --cost-model, or leave it out to use the built-in "
-                        "model.") from None
+                        f"YAML/JSON file to {flag}, or {_BUILT_IN[flag]}.") from None
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
     try:
         if kind == "JSON":
@@ -272,7 +301,10 @@ def load_model(path: Path | None) -> CostModel:
         raise CostError(f"cost model {path} is not valid {kind} ({where}: "
                         f"{getattr(exc, 'problem', None) or getattr(exc, 'msg', 'syntax')}). "
                         "Fix the syntax.") from None
-    return validate(data, str(path))
+    if data is None:  # an empty file, or only comments: "got NoneType" says too little
+        raise CostError(f"cost model {path} is empty (no keys). Give a complete model "
+                        f"(docs/report.md has one to start from), or {_BUILT_IN[flag]}.")
+    return data
 
 
 @dataclass(frozen=True)

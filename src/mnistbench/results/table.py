@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mnistbench.core import study, untrusted
+from mnistbench.core import atomic, study, untrusted
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 from mnistbench.core.durations import seconds
 from mnistbench.results.rows import MAX_CSV_FIELD, TableRowError, check_rows, csv_fields_up_to
@@ -100,8 +100,8 @@ def read_summary(results: Path) -> list[dict[str, str]]:
     path = Path(results) / SUMMARY_CSV
     if not path.is_file():
         raise TableError(
-            f"{path} does not exist. Run `mnistbench aggregate RUNS --out-dir {results}` "
-            "first, or pass --results with the folder that holds the aggregated tables "
+            f"{path} {atomic.not_there(path)}. Run `mnistbench aggregate RUNS --out-dir "
+            f"{results}` first, or pass --results with the folder that holds the aggregated tables "
             "(report/data for the published study).")
     try:
         with csv_fields_up_to(), path.open(encoding="utf-8", newline="") as handle:

@@ -10,10 +10,10 @@ with how far the same cell's repeats then differ.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
+from mnistbench.core import untrusted
 from mnistbench.core.schema import ProblemKind
 from mnistbench.report.formatting import num, plural, seconds
 from mnistbench.report.selections import (
@@ -51,7 +51,8 @@ def read_checks(results: Path) -> dict | None:
     """The ``checks`` of the publication manifest in the folder ``results`` (a publication's
     ``data/``), None where there is none."""
     try:
-        data = json.loads((Path(results) / MANIFEST).read_text(encoding="utf-8"))
+        # bounded: a manifest nested 5000 deep was a RecursionError traceback in `report`
+        data = untrusted.loads_strict((Path(results) / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     checks = data.get("checks") if isinstance(data, dict) else None
