@@ -26,6 +26,7 @@ from tests.publish.test_publish import (  # noqa: F401 - fixtures
     run_publish,
     set_env_field,
     set_measured_here,
+    snapshot,
 )
 
 SECRET = "root:$6$SECRET-HASH-LINE:19000:0:99999:7:::"
@@ -161,6 +162,39 @@ def test_keep_published_checks_every_kept_row_again(project, column, value, word
     assert f"summary.csv line {number + 1} (cell lent-gpu/" in message
     assert "publish without --keep-published" in message
     assert path.read_text() == before
+
+
+def test_keep_published_refuses_a_same_named_environment_from_other_hardware(project):
+    """An environment of the results named as a published one but measured on other
+    hardware (another CPU model and GPU, from its cells' provenance) is refused with one
+    paragraph naming both and the fix (pack --as, --config env=NAME): it was replaced with
+    no word, losing a lent machine's results. The same hardware publishes again."""
+    import shutil
+
+    keep_a_lent_machine(project)
+    runs = project / "results" / "runs"
+    report = project / "report"
+    before = snapshot(report)
+    # The lent machine's name given to cells of this machine (alpha's hardware).
+    shutil.copytree(runs / ENV, runs / "lent-gpu")
+    for path in (runs / "lent-gpu").glob("*/*/summary.json"):
+        data = json.loads(path.read_text())
+        data["params"]["env"] = "lent-gpu"
+        path.write_text(json.dumps(data))
+    reaggregate(project)
+    with pytest.raises(publish.PublishError) as info:
+        run_publish(keep_published=True)
+    message = str(info.value)
+    assert "environment 'lent-gpu'" in message and "from other hardware" in message, message
+    assert f"cpu_model {fakes.MACHINES[1].cpu_model!r} published" in message, message
+    assert f"{fakes.MACHINES[0].cpu_model!r} in the results" in message, message
+    assert "gpu_name" in message and "\n" not in message
+    assert "mnistbench pack ENV --as NAME" in message and "--config env=NAME" in message
+    assert snapshot(report) == before
+    # The same hardware under the same name is the same environment: it publishes again.
+    shutil.rmtree(runs / "lent-gpu")
+    reaggregate(project)
+    run_publish(keep_published=True)
 
 
 def test_keep_published_follows_no_link_in_report(project):
