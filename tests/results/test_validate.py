@@ -379,6 +379,9 @@ IMPOSSIBLE_ROWS = {
     "an unknown tip": ("tip", "<img src=x>", 'tip is "<img src=x>", expected one of'),
     "a 1e300 GFLOP/s limit": ("limit_gflops", "1e300", 'limit_gflops is "1e300", expected a '
                               "finite number 0 to 1e+07"),
+    "an ok cpu row at tf32": ("precision", "tf32", 'precision is "tf32", which cpu does not '
+                              "run (it runs fp32, bf16)"),
+    "an ok cpu row at fp16": ("precision", "fp16", 'precision is "fp16", which cpu does not'),
     "an empty env": ("env", "", 'env is "", expected the name of a folder'),
     "an unknown status": ("status", "great", 'status is "great", expected one of'),
 }
@@ -423,7 +426,8 @@ def test_every_reader_of_the_tables_refuses_a_row_no_cell_can_give(study, tmp_pa
 def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
     """A summary.json with a tpu device, an fp64 precision or a loader `<b>warp</b>` cannot
     be placed (the aggregate refuses, naming the file); one with an implementation, compile
-    mode or tip outside its list is invalid: filed failed, never a finding."""
+    mode or tip outside its list, or ok at a precision its device does not run (cpu tf32),
+    is invalid: filed failed, never a finding."""
     folder = folder_of(runs)
     original = (folder / schema.SUMMARY_FILE).read_text()
     for key, value in (("device", "tpu"), ("precision", "fp64"), ("loader", "<b>warp</b>")):
@@ -439,6 +443,20 @@ def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
         cell = validate.read_cell(folder)
         assert cell.table_status == "failed"
         assert f"params.{key} is \"{value}\", expected one of" in cell.why()
+    # A precision of the list that the cell's device does not run (train refuses it before
+    # it runs): an ok cpu cell at tf32 or fp16 is invalid; an unavailable one is a result.
+    for value in ("tf32", "fp16"):
+        (folder / schema.SUMMARY_FILE).write_text(original)
+        set_value(folder, "params.precision", value)
+        cell = validate.read_cell(folder)
+        assert cell.table_status == "failed", value
+        assert f'params.precision is "{value}", which cpu does not run (it runs fp32, bf16)' \
+            in cell.why()
+    (folder / schema.SUMMARY_FILE).write_text(original)
+    data = json.loads(original)
+    data["params"]["precision"], data["status"], data["reason"] = "tf32", "unavailable", "no"
+    (folder / schema.SUMMARY_FILE).write_text(json.dumps(data))
+    assert "which cpu does not run" not in validate.read_cell(folder).why()
 
 
 def test_loads_strict_names_the_token_and_where():

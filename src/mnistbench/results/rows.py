@@ -79,9 +79,10 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
     """Why a row of the aggregated ``table`` (``summary`` or ``epochs``, values as CSV text)
     cannot come from a cell: an empty identity or one with a control character, a status,
     device, precision, loader, implementation, compile mode, tip or allocator outside its list in
-    :mod:`mnistbench.core`, or a number outside its physical range (:data:`TABLE_SPECS`:
-    accuracies 0 to 100 %, times, rates and counts 0 or more, a limit up to
-    :data:`mnistbench.results.validate.MAX_GFLOPS`). Empty: the row is sound."""
+    :mod:`mnistbench.core`, an ok row of a precision its device does not run, or a number
+    outside its physical range (:data:`TABLE_SPECS`: accuracies 0 to 100 %, times, rates and
+    counts 0 or more, a limit up to :data:`mnistbench.results.validate.MAX_GFLOPS`). Empty:
+    the row is sound."""
     problems = []
     for column in schema.ID_COLUMNS:  # folder names: any text but empty or control
         value = str(row.get(column) or "")
@@ -100,6 +101,10 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
         problems.append(validate.enum_problem(column, text) or "" if text else
                         f"{column} is empty: the table has no {column} for the cell, which "
                         "every cell has (it names its series in every table and chart)")
+    combination = validate.combination_problem(row.get("status"), row.get("device"),
+                                               row.get("precision"))
+    if combination:
+        problems.append(combination)
     specs = TABLE_SPECS[table]
     for column, raw in row.items():
         spec = specs.get(column)

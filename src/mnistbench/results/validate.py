@@ -222,6 +222,21 @@ def enum_problem(field: str, value: object) -> str | None:
     return f"{field} is {show(value)}, expected one of {shown}"
 
 
+def combination_problem(status: object, device: object, precision: object) -> str | None:
+    """Why an ``ok`` cell cannot have run ``precision`` on ``device``
+    (:data:`mnistbench.core.devices.SUPPORTED`: ``train`` refuses any other combination
+    before it runs, and the study never asks for one), or None; a cell of another status,
+    or a device or precision outside its list (:func:`enum_problem` names those), passes."""
+    from mnistbench.core.devices import SUPPORTED
+
+    if status != "ok" or device not in SUPPORTED or precision not in ENUMS["precision"]:
+        return None
+    if precision in SUPPORTED[str(device)]:
+        return None
+    return (f"precision is {show(precision)}, which {device} does not run (it runs "
+            f"{', '.join(SUPPORTED[str(device)])}): no ok cell can have run so")
+
+
 SPECS["results"]["achieved_gflops"] = GFLOPS
 
 #: Fields an ok cell must have a value in (the figures its epochs give).
@@ -449,6 +464,11 @@ def _check_values(cell: Cell) -> None:
         if problem:
             cell.bad_fields.add(("params", key))
             cell.problems.append(f"{schema.SUMMARY_FILE} params.{problem}")
+    problem = combination_problem(cell.status, cell.params.get("device"),
+                                  cell.params.get("precision"))
+    if problem and ("params", "precision") not in cell.bad_fields:
+        cell.bad_fields.add(("params", "precision"))
+        cell.problems.append(f"{schema.SUMMARY_FILE} params.{problem}")
     if cell.status == "ok":
         for name, keys in OK_REQUIRED.items():
             for key in keys:
