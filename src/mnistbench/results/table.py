@@ -244,17 +244,18 @@ def _cell(text: object) -> str:
 
 
 #: Text Markdown shows as it is (letters, digits and . , = + : / - and spaces; an underscore
-#: is escaped).
+#: is escaped), unless GitHub would make a link of it (``www.``, ``scheme://``).
 _PLAIN = re.compile(r"[A-Za-z0-9 .,=+:/_–-]*")
+_AUTOLINK = re.compile(r"(?i)www\.|://")
 
 
 def _free(text: object) -> str:
     """A value from the table (an environment, a setting, a file name) for a Markdown
-    table cell: plain where it holds no character Markdown or HTML gives a meaning (its
-    underscores escaped), else in a code span (HTML and Markdown in it stay text;
-    :func:`mnistbench.core.untrusted.markdown_cell`)."""
+    table cell: plain where it holds no character Markdown or HTML gives a meaning and is
+    no bare URL GitHub links (its underscores escaped), else in a code span (HTML and
+    Markdown in it stay text; :func:`mnistbench.core.untrusted.markdown_cell`)."""
     text = " ".join(_CONTROL.sub(" ", str(text)).split())
-    if text and _PLAIN.fullmatch(text):
+    if text and _PLAIN.fullmatch(text) and not _AUTOLINK.search(text):
         return text.replace("_", "\\_")
     return untrusted.markdown_cell(text)
 
