@@ -382,6 +382,11 @@ IMPOSSIBLE_ROWS = {
     "an ok cpu row at tf32": ("precision", "tf32", 'precision is "tf32", which cpu does not '
                               "run (it runs fp32, bf16)"),
     "an ok cpu row at fp16": ("precision", "fp16", 'precision is "fp16", which cpu does not'),
+    "a cpu limit past what its cores can do": (
+        "limit_gflops", "5e5", "limit_gflops is 500000 GFLOP/s, above 266240 GFLOP/s, the "
+        "most 20 logical CPU cores can do"),
+    "a cpu rate past what its cores can do": (
+        "achieved_gflops", "3e5", "achieved_gflops is 300000 GFLOP/s, above 266240"),
     "an empty env": ("env", "", 'env is "", expected the name of a folder'),
     "an unknown status": ("status", "great", 'status is "great", expected one of'),
 }
@@ -423,6 +428,43 @@ def test_every_reader_of_the_tables_refuses_a_row_no_cell_can_give(study, tmp_pa
     assert code == 1 and out == "" and words in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("name", ["summary.csv", "epochs.csv", "resources.csv"])
+def test_the_readers_of_the_tables_follow_no_link_and_open_no_fifo(study, tmp_path, name,
+                                                                  capsys):
+    """Item 1 of issue 41: an aggregated table replaced by a symbolic link to a secret (a
+    publication's data/ is anyone's input) is refused by the report's reader (load_tables)
+    and, for summary.csv, by `mnistbench table`, naming the link; nothing of its target is
+    printed or rendered (both followed it). A FIFO in its place is refused at once."""
+    import os
+
+    from mnistbench import cli
+
+    out = tmp_path / "tables"
+    aggregate.aggregate(study, out)
+    secret = tmp_path / "secret.csv"
+    text = (out / name).read_text().replace("alpha", "SECRET", 1)
+    secret.write_text(text)
+    (out / name).unlink()
+    (out / name).symlink_to(secret)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(out)
+    message = str(info.value)
+    assert f"cannot read {out / name}: a symbolic link, which is not followed" in message
+    assert "SECRET" not in message
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    with pytest.raises(aggregate.AggregateError, match="not a regular file but a FIFO"):
+        aggregate.load_tables(out)
+    if name == "summary.csv":
+        (out / name).unlink()
+        (out / name).symlink_to(secret)
+        capsys.readouterr()
+        code = cli.main(["table", "--results", str(out)])
+        got, err = capsys.readouterr()
+        assert code == 1 and got == "" and "SECRET" not in err, err
+        assert "a symbolic link, which is not followed" in err and "Traceback" not in err
+
+
 def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
     """A summary.json with a tpu device, an fp64 precision or a loader `<b>warp</b>` cannot
     be placed (the aggregate refuses, naming the file); one with an implementation, compile
@@ -452,6 +494,11 @@ def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
         assert cell.table_status == "failed", value
         assert f'params.precision is "{value}", which cpu does not run (it runs fp32, bf16)' \
             in cell.why()
+    # A training rate no CPU of the cell's cores can reach (20 logical: 266,240 GFLOP/s).
+    (folder / schema.SUMMARY_FILE).write_text(original)
+    set_value(folder, "results.achieved_gflops", 3e5)
+    assert "results.achieved_gflops is 300000 GFLOP/s, above 266240 GFLOP/s" in \
+        validate.read_cell(folder).why()
     (folder / schema.SUMMARY_FILE).write_text(original)
     data = json.loads(original)
     data["params"]["precision"], data["status"], data["reason"] = "tf32", "unavailable", "no"

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from mnistbench.core import schema
+from mnistbench.core import schema, untrusted
 from mnistbench.results import validate
 
 #: What a CSV value that spells no number reads as: no spec accepts it.
@@ -32,6 +32,17 @@ MAX_CSV_FIELD = 16 * 1024 * 1024
 TABLE_FIX = ("the table was edited or damaged (the aggregate writes only checked values): "
              "run `mnistbench aggregate RUNS --out-dir FOLDER` again, or for a publication "
              "publish again")
+
+
+def read_table_text(results: Path, name: str) -> str:
+    """The text of the aggregated table ``results/NAME`` (summary.csv, epochs.csv,
+    resources.csv), read through the one safe opener
+    (:func:`mnistbench.core.untrusted.read_text_under`): a symbolic link in its place is not
+    followed (a publication's ``data/`` is anyone's input), a FIFO is not opened, the size is
+    capped at :data:`mnistbench.results.validate.MAX_CSV_BYTES`. Raises
+    :class:`mnistbench.core.untrusted.UnsafeFile` naming the path (errno ENOENT: missing),
+    never the content."""
+    return untrusted.read_text_under(results, name, max_bytes=validate.MAX_CSV_BYTES)
 
 
 @contextmanager
@@ -81,8 +92,9 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
     device, precision, loader, implementation, compile mode, tip or allocator outside its list in
     :mod:`mnistbench.core`, an ok row of a precision its device does not run, or a number
     outside its physical range (:data:`TABLE_SPECS`: accuracies 0 to 100 %, times, rates and
-    counts 0 or more, a limit up to :data:`mnistbench.results.validate.MAX_GFLOPS`). Empty:
-    the row is sound."""
+    counts 0 or more, a limit or rate up to :data:`mnistbench.results.validate.MAX_GFLOPS`
+    and, on a CPU, up to :func:`mnistbench.results.validate.cpu_ceiling_gflops`). Empty: the
+    row is sound."""
     problems = []
     for column in schema.ID_COLUMNS:  # folder names: any text but empty or control
         value = str(row.get(column) or "")
@@ -105,6 +117,11 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
                                                row.get("precision"))
     if combination:
         problems.append(combination)
+    for column in ("limit_gflops", "achieved_gflops"):
+        ceiling = validate.ceiling_problem(row.get("device"), column, row.get(column),
+                                           row.get("cpu_cores_logical"))
+        if ceiling:
+            problems.append(ceiling)
     specs = TABLE_SPECS[table]
     for column, raw in row.items():
         spec = specs.get(column)

@@ -23,6 +23,7 @@ Import rule: the standard library, :mod:`mnistbench.core` and the standard-libra
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import math
 import re
@@ -35,7 +36,13 @@ from pathlib import Path
 from mnistbench.core import study, untrusted
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 from mnistbench.core.durations import seconds
-from mnistbench.results.rows import MAX_CSV_FIELD, TableRowError, check_rows, csv_fields_up_to
+from mnistbench.results.rows import (
+    MAX_CSV_FIELD,
+    TableRowError,
+    check_rows,
+    csv_fields_up_to,
+    read_table_text,
+)
 
 SUMMARY_CSV = "summary.csv"
 #: What tells the rows apart: the settings of a cell but its environment and repeat.
@@ -98,13 +105,20 @@ def read_summary(results: Path) -> list[dict[str, str]]:
     """The rows of ``results/summary.csv`` as text; :class:`TableError` naming the file when it
     is missing, unreadable or lacks a column the table needs."""
     path = Path(results) / SUMMARY_CSV
-    if not path.is_file():
-        raise TableError(
-            f"{path} does not exist. Run `mnistbench aggregate RUNS --out-dir {results}` "
-            "first, or pass --results with the folder that holds the aggregated tables "
-            "(report/data for the published study).")
     try:
-        with csv_fields_up_to(), path.open(encoding="utf-8", newline="") as handle:
+        text = read_table_text(Path(results), SUMMARY_CSV)
+    except untrusted.UnsafeFile as exc:
+        if exc.errno == errno.ENOENT:
+            raise TableError(
+                f"{path} does not exist. Run `mnistbench aggregate RUNS --out-dir {results}` "
+                "first, or pass --results with the folder that holds the aggregated tables "
+                "(report/data for the published study).") from None
+        raise TableError(f"cannot read {path}: {exc.why}. The table is read only where it "
+                         f"lies, as a regular file: run `mnistbench aggregate RUNS --out-dir "
+                         f"{results}` again, or pass --results the folder that holds it."
+                         ) from None
+    try:
+        with csv_fields_up_to(), io.StringIO(text, newline="") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
             columns = reader.fieldnames or []

@@ -211,6 +211,41 @@ ENUM_TEXT = {name: frozenset("" if v is None else str(v) for v in values)
 MAX_GFLOPS = 1e7
 #: A limit or a training rate above this many GFLOP/s cannot be true (a 1e300 record).
 GFLOPS = Spec("number", 0, MAX_GFLOPS)
+#: The most FLOP one CPU core does in a cycle at any precision this study runs: Intel AMX's
+#: bf16 tile multiply, 1024 multiply-adds (2048 FLOP) a cycle (AVX-512 fp32 does 64).
+CPU_FLOP_PER_CYCLE = 2048
+#: A clock no CPU core sustains, in GHz (the fastest boost clocks are about 6 GHz).
+CPU_MAX_GHZ = 6.5
+
+
+def cpu_ceiling_gflops(cores_logical: object) -> float | None:
+    """The GFLOP/s no CPU of ``cores_logical`` logical cores can reach at any precision:
+    every logical core (hyperthreads counted as cores) at :data:`CPU_MAX_GHZ` doing
+    :data:`CPU_FLOP_PER_CYCLE`, above any CPU's datasheet peak (AMX runs near 2 GHz, and
+    a hyperthread adds no multiplier; a 2-core machine: 26.6 TFLOP/s, where its AVX-512
+    fp32 datasheet peak is about 0.5). None where the cores are
+    not a whole number 1 or more (then :data:`MAX_GFLOPS` alone bounds it)."""
+    if isinstance(cores_logical, str):
+        cores_logical = parse_csv_number(cores_logical, "int") if cores_logical else None
+    if type(cores_logical) is not int or cores_logical < 1:
+        return None
+    return cores_logical * CPU_MAX_GHZ * CPU_FLOP_PER_CYCLE
+
+
+def ceiling_problem(device: object, field: str, gflops: object,
+                    cores_logical: object) -> str | None:
+    """Why ``gflops`` (a cpu cell's limit or training rate, ``field``) cannot be true of a
+    CPU of ``cores_logical`` logical cores (:func:`cpu_ceiling_gflops`), or None (another
+    device: :data:`MAX_GFLOPS` bounds it where its datasheet is not known here)."""
+    if isinstance(gflops, str):
+        gflops = parse_csv_number(gflops) if gflops else None
+    ceiling = cpu_ceiling_gflops(cores_logical) if device == "cpu" else None
+    if ceiling is None or not isinstance(gflops, int | float) or isinstance(gflops, bool) \
+            or gflops <= ceiling:
+        return None
+    return (f"{field} is {gflops:g} GFLOP/s, above {ceiling:g} GFLOP/s, the most "
+            f"{cores_logical} logical CPU cores can do ({CPU_MAX_GHZ:g} GHz x "
+            f"{CPU_FLOP_PER_CYCLE} FLOP a cycle each, more than any CPU's datasheet peak)")
 
 
 def enum_problem(field: str, value: object) -> str | None:
@@ -464,6 +499,13 @@ def _check_values(cell: Cell) -> None:
         if problem:
             cell.bad_fields.add(("params", key))
             cell.problems.append(f"{schema.SUMMARY_FILE} params.{problem}")
+    problem = (None if ("results", "achieved_gflops") in cell.bad_fields else ceiling_problem(
+        cell.params.get("device"), "results.achieved_gflops",
+        cell.sections["results"].get("achieved_gflops"),
+        cell.sections["env"].get("cpu_cores_logical")))
+    if problem:
+        cell.bad_fields.add(("results", "achieved_gflops"))
+        cell.problems.append(f"{schema.SUMMARY_FILE} {problem}")
     problem = combination_problem(cell.status, cell.params.get("device"),
                                   cell.params.get("precision"))
     if problem and ("params", "precision") not in cell.bad_fields:
