@@ -69,6 +69,20 @@ def test_publish_check_follows_no_link_and_quotes_nothing_it_refused(project, ca
     assert code == 1 and f"report/{name} is a symbolic link, which is not followed" in err, err
 
 
+def test_publish_check_quotes_nothing_of_an_index_that_fails_its_checksum(project, capsys):
+    """A report/index.html that is a regular file but not the one published (a hard link to
+    a secret is one; here a copy) fails its checksum; the render comparison then says where
+    it differs, never a line of it (it quoted the first differing line)."""
+    run_publish()
+    index = project / "report" / "index.html"
+    index.write_text(SECRET + "\nsecond line\n")
+    code, out, err = check(capsys)
+    assert code == 1 and "Traceback" not in err
+    assert "report/index.html does not match its SHA-256" in err
+    assert "is not what report/data renders to now: they differ from line 1 (not quoted" in err
+    assert "SECRET" not in out + err and "second line" not in out + err
+
+
 def test_publish_check_refuses_a_fifo_without_hanging(project, capsys):
     """A FIFO in place of index.html is named, never opened for reading (that would hang)."""
     import os
