@@ -205,10 +205,8 @@ ENUMS: dict[str, tuple[object, ...]] = {
 #: The same as CSV text (False and None as the aggregate writes them).
 ENUM_TEXT = {name: frozenset("" if v is None else str(v) for v in values)
              for name, values in ENUMS.items()}
-#: The highest measured limit believed, in GFLOP/s: 10 PFLOP/s, above any single device's
-#: datasheet peak at any precision this study runs (an H200's dense fp16 is about 1 PFLOP/s).
-#: No datasheet table is kept here, so this one bound holds for every device.
-MAX_GFLOPS = 1e7
+#: The highest measured limit believed, in GFLOP/s (10 PFLOP/s; its home is core.schema).
+MAX_GFLOPS = schema.MAX_GFLOPS
 #: A limit or a training rate above this many GFLOP/s cannot be true (a 1e300 record).
 GFLOPS = Spec("number", 0, MAX_GFLOPS)
 #: The most FLOP one CPU core does in a cycle at any precision this study runs: Intel AMX's
