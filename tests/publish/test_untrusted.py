@@ -178,6 +178,31 @@ def test_keep_published_checks_every_kept_row_again(project, column, value, word
     assert path.read_text() == before
 
 
+@pytest.mark.parametrize(("name", "column", "value", "words"), [
+    ("epochs.csv", "epoch_s", "-5", 'epoch_s is "-5", expected a finite number 0 or more'),
+    ("resources.csv", "rss_mb", "-1e6", 'rss_mb is "-1e6", expected a finite number 0 or'),
+])
+def test_keep_published_checks_every_kept_epoch_and_resource_row_again(project, name, column,
+                                                                      value, words):
+    """The kept rows of epochs.csv and resources.csv are checked at every publish too
+    (resources.csv's were carried unchecked); report/ stays as it was."""
+    keep_a_lent_machine(project)
+    path = project / "report" / "data" / name
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    number = next(i for i, line in enumerate(lines) if line.startswith("lent-gpu,"))
+    row = lines[number].split(",")
+    row[header.index(column)] = value
+    lines[number] = ",".join(row)
+    path.write_text("\n".join(lines) + "\n")
+    before = snapshot(project / "report")
+    with pytest.raises(publish.PublishError) as info:
+        run_publish(keep_published=True)
+    message = str(info.value)
+    assert words in message and f"{name} line {number + 1} (cell lent-gpu/" in message, message
+    assert snapshot(project / "report") == before
+
+
 def test_keep_published_refuses_a_same_named_environment_from_other_hardware(project):
     """An environment of the results named as a published one but measured on other
     hardware (another CPU model and GPU, from its cells' provenance) is refused with one

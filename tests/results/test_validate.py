@@ -428,6 +428,24 @@ def test_every_reader_of_the_tables_refuses_a_row_no_cell_can_give(study, tmp_pa
     assert code == 1 and out == "" and words in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize(("column", "value", "words"), [
+    ("rss_mb", "-5000", 'rss_mb is "-5000", expected a finite number 0 or more'),
+    ("gpu_util_pct", "250", 'gpu_util_pct is "250", expected a finite number 0 to 100'),
+    ("device", "tpu", 'device is "tpu", expected one of'),
+])
+def test_the_report_refuses_a_resources_row_no_cell_can_give(study, tmp_path, column, value,
+                                                             words):
+    """resources.csv is range-checked like the other two tables (it was read unchecked: a
+    -5000 MiB memory drew into the report's charts)."""
+    aggregate.aggregate(study, tmp_path)
+    path = tmp_path / "resources.csv"
+    edit_summary(path, 2, column, value)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{path} line 2 (cell ") and words in message, message
+
+
 @pytest.mark.parametrize("name", ["summary.csv", "epochs.csv", "resources.csv"])
 def test_the_readers_of_the_tables_follow_no_link_and_open_no_fifo(study, tmp_path, name,
                                                                   capsys):

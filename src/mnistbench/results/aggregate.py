@@ -450,13 +450,12 @@ def load_tables(results: Path) -> Tables:
             raise AggregateError(
                 f"{path} lacks the column(s) {', '.join(missing)}; it was written by another "
                 "mnistbench version or edited. Rerun `mnistbench aggregate`.")
-        if name in (SUMMARY_CSV, EPOCHS_CSV):  # every row as a cell would give it, or refused
-            records = frame.astype(object).where(frame.notna(), None).to_dict("records")
-            try:
-                rows.check_rows("summary" if name == SUMMARY_CSV else "epochs", records,
-                                    path)
-            except rows.TableRowError as exc:
-                raise AggregateError(str(exc)) from None
+        # every row as a cell would give it, or refused
+        records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+        try:
+            rows.check_rows(name.removesuffix(".csv"), records, path)
+        except rows.TableRowError as exc:
+            raise AggregateError(str(exc)) from None
         for column in frame.columns:
             if column not in TEXT_COLUMNS:
                 frame[column] = _numeric(frame, column, path)

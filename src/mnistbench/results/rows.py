@@ -66,10 +66,11 @@ def _summary_specs() -> dict[str, validate.Spec]:
     return specs
 
 
-#: What each column of summary.csv and of epochs.csv may hold.
+#: What each column of summary.csv, epochs.csv and resources.csv may hold.
 TABLE_SPECS: dict[str, dict[str, validate.Spec]] = {
     "summary": _summary_specs(),
     "epochs": {**validate.SPECS["params"], **validate.SPECS["epochs"]},
+    "resources": {**validate.SPECS["params"], **validate.SPECS["resources"]},
 }
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 #: The enumerated columns a row must name (a cell's series); the others may be empty.
@@ -87,14 +88,14 @@ def _text_value(spec: validate.Spec, text: str) -> object:
 
 
 def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
-    """Why a row of the aggregated ``table`` (``summary`` or ``epochs``, values as CSV text)
-    cannot come from a cell: an empty identity or one with a control character, a status,
-    device, precision, loader, implementation, compile mode, tip or allocator outside its list in
-    :mod:`mnistbench.core`, an ok row of a precision its device does not run, or a number
-    outside its physical range (:data:`TABLE_SPECS`: accuracies 0 to 100 %, times, rates and
-    counts 0 or more, a limit or rate up to :data:`mnistbench.results.validate.MAX_GFLOPS`
-    and, on a CPU, up to :func:`mnistbench.results.validate.cpu_ceiling_gflops`). Empty: the
-    row is sound."""
+    """Why a row of the aggregated ``table`` (``summary``, ``epochs`` or ``resources``, values
+    as CSV text) cannot come from a cell: an empty identity or one with a control character,
+    a status, device, precision, loader, implementation, compile mode, tip or allocator
+    outside its list in :mod:`mnistbench.core`, an ok row of a precision its device does not
+    run, or a number outside its physical range (:data:`TABLE_SPECS`: accuracies 0 to 100 %,
+    times, rates, memory and counts 0 or more, a limit or rate up to
+    :data:`mnistbench.results.validate.MAX_GFLOPS` and, on a CPU, up to
+    :func:`mnistbench.results.validate.cpu_ceiling_gflops`). Empty: the row is sound."""
     problems = []
     for column in schema.ID_COLUMNS:  # folder names: any text but empty or control
         value = str(row.get(column) or "")
