@@ -119,11 +119,11 @@ def kept_environments(report: Path, present: Sequence[str],
         for line, entry in enumerate(summary, start=2):  # named by their lines in the file
             if entry["env"] in envs:
                 rows.check_rows("summary", [entry], data / aggregate.SUMMARY_CSV, line)
-        for table, name, kept_rows in (("epochs", aggregate.EPOCHS_CSV, epochs),
-                                       ("resources", aggregate.RESOURCES_CSV, resources)):
+        for kind, name, kept_rows in (("epochs", aggregate.EPOCHS_CSV, epochs),
+                                      ("resources", aggregate.RESOURCES_CSV, resources)):
             for line, record in enumerate(kept_rows[1:], start=2):
                 if record[0] in envs:
-                    rows.check_rows(table, [dict(zip(kept_rows[0], record, strict=True))],
+                    rows.check_rows(kind, [dict(zip(kept_rows[0], record, strict=True))],
                                     data / name, line)
     except rows.TableRowError as exc:
         raise PublishError(f"--keep-published: {exc} Kept rows are checked at every "
