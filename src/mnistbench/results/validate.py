@@ -219,10 +219,10 @@ CPU_MAX_GHZ = 6.5
 def cpu_ceiling_gflops(cores_logical: object) -> float | None:
     """The GFLOP/s no CPU of ``cores_logical`` logical cores can reach at any precision:
     every logical core (hyperthreads counted as cores) at :data:`CPU_MAX_GHZ` doing
-    :data:`CPU_FLOP_PER_CYCLE`, above any CPU's datasheet peak (AMX runs near 2 GHz, and
-    a hyperthread adds no multiplier; a 2-core machine: 26.6 TFLOP/s, where its AVX-512
-    fp32 datasheet peak is about 0.5). None where the cores are
-    not a whole number 1 or more (then :data:`MAX_GFLOPS` alone bounds it)."""
+    :data:`CPU_FLOP_PER_CYCLE`: above any CPU's datasheet peak (AMX runs near 2 GHz, and a
+    hyperthread shares its core's units; a 2-core machine: 26.6 TFLOP/s, where its AVX-512
+    fp32 datasheet peak is about 0.5). None where the cores are not a whole number 1 or
+    more (then :data:`MAX_GFLOPS` alone bounds it)."""
     if isinstance(cores_logical, str):
         cores_logical = parse_csv_number(cores_logical, "int") if cores_logical else None
     if type(cores_logical) is not int or cores_logical < 1:
