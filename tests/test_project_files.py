@@ -77,6 +77,11 @@ LONG_FILES: dict[str, str] = {
                                       "separate the styles from their only users",
     "src/mnistbench/report/sections/claims.py": "the blog's claims, each beside its rule and "
                                                 "its check: one table read top to bottom",
+    "src/mnistbench/results/validate.py": "the one reader of a cell and of a measured "
+                                          "limit: every field's spec and physical bound "
+                                          "(ranges, enums, the device's precisions, a CPU's "
+                                          "ceiling) beside the checks that apply them, which "
+                                          "results/rows.py shares for the tables",
     "tests/workflow/test_workflow.py": "the real Snakemake runs of one tiny study share its "
                                        "fixtures (a study run once per session, read by every "
                                        "test); split, each file would run its own study",

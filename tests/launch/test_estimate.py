@@ -88,6 +88,26 @@ def test_the_limit_is_the_peak_records_best_row_at_the_precision_else_fp32_else_
     assert est.peak_gflops(tmp_path, ENV, "cpu", "fp32", cores=1)[1] is False
 
 
+def test_a_limit_or_summary_that_cannot_be_true_or_is_hostile_is_not_used(tmp_path):
+    """Issue 41: the estimate reads runs/ENV/peak/*.json and earlier summaries bounded (no
+    RecursionError from JSON nested 5000 deep, no link followed) and takes no limit past
+    schema.MAX_GFLOPS (a 1e300 record gave an estimate of about 0 s): the default instead."""
+    default = (2 * est.DEFAULT_PEAK_GFLOPS["cpu"], False)
+    path = write_peak(tmp_path, {"fp32": 1e300})
+    assert est.peak_gflops(tmp_path, ENV, "cpu", "fp32", cores=2) == default
+    path.write_text("[" * 5000 + "]" * 5000)
+    assert est.peak_gflops(tmp_path, ENV, "cpu", "fp32", cores=2) == default
+    real = write_peak(tmp_path / "elsewhere", {"fp32": 100.0})
+    path.unlink()
+    path.symlink_to(real)
+    assert est.peak_gflops(tmp_path, ENV, "cpu", "fp32", cores=2) == default
+    plan = est.Plan.of_cells([cell()], [], str(tmp_path), 2, [ENV])
+    summary = write_summary(tmp_path, cell(repeat=1))
+    assert est.summary_observation(summary, plan) is not None
+    summary.write_text('{"status": "ok", "params": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert est.summary_observation(summary, plan) is None
+
+
 # --------------------------------------------------------------------------- the fit
 def test_the_fit_recovers_overhead_and_efficiencies_from_many_cells():
     truth = est.Model(overhead={"resident": 2.0, "dataloader": 9.0},

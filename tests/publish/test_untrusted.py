@@ -26,6 +26,7 @@ from tests.publish.test_publish import (  # noqa: F401 - fixtures
     run_publish,
     set_env_field,
     set_measured_here,
+    snapshot,
 )
 
 SECRET = "root:$6$SECRET-HASH-LINE:19000:0:99999:7:::"
@@ -66,6 +67,20 @@ def test_publish_check_follows_no_link_and_quotes_nothing_it_refused(project, ca
     target.symlink_to(project / "report" / "copy")
     code, out, err = check(capsys)
     assert code == 1 and f"report/{name} is a symbolic link, which is not followed" in err, err
+
+
+def test_publish_check_quotes_nothing_of_an_index_that_fails_its_checksum(project, capsys):
+    """A report/index.html that is a regular file but not the one published (a hard link to
+    a secret is one; here a copy) fails its checksum; the render comparison then says where
+    it differs, never a line of it (it quoted the first differing line)."""
+    run_publish()
+    index = project / "report" / "index.html"
+    index.write_text(SECRET + "\nsecond line\n")
+    code, out, err = check(capsys)
+    assert code == 1 and "Traceback" not in err
+    assert "report/index.html does not match its SHA-256" in err
+    assert "is not what report/data renders to now: they differ from line 1 (not quoted" in err
+    assert "SECRET" not in out + err and "second line" not in out + err
 
 
 def test_publish_check_refuses_a_fifo_without_hanging(project, capsys):
@@ -161,6 +176,64 @@ def test_keep_published_checks_every_kept_row_again(project, column, value, word
     assert f"summary.csv line {number + 1} (cell lent-gpu/" in message
     assert "publish without --keep-published" in message
     assert path.read_text() == before
+
+
+@pytest.mark.parametrize(("name", "column", "value", "words"), [
+    ("epochs.csv", "epoch_s", "-5", 'epoch_s is "-5", expected a finite number 0 or more'),
+    ("resources.csv", "rss_mb", "-1e6", 'rss_mb is "-1e6", expected a finite number 0 or'),
+])
+def test_keep_published_checks_every_kept_epoch_and_resource_row_again(project, name, column,
+                                                                      value, words):
+    """The kept rows of epochs.csv and resources.csv are checked at every publish too
+    (resources.csv's were carried unchecked); report/ stays as it was."""
+    keep_a_lent_machine(project)
+    path = project / "report" / "data" / name
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    number = next(i for i, line in enumerate(lines) if line.startswith("lent-gpu,"))
+    row = lines[number].split(",")
+    row[header.index(column)] = value
+    lines[number] = ",".join(row)
+    path.write_text("\n".join(lines) + "\n")
+    before = snapshot(project / "report")
+    with pytest.raises(publish.PublishError) as info:
+        run_publish(keep_published=True)
+    message = str(info.value)
+    assert words in message and f"{name} line {number + 1} (cell lent-gpu/" in message, message
+    assert snapshot(project / "report") == before
+
+
+def test_keep_published_refuses_a_same_named_environment_from_other_hardware(project):
+    """An environment of the results named as a published one but measured on other
+    hardware (another CPU model and GPU, from its cells' provenance) is refused with one
+    paragraph naming both and the fix (pack --as, --config env=NAME): it was replaced with
+    no word, losing a lent machine's results. The same hardware publishes again."""
+    import shutil
+
+    keep_a_lent_machine(project)
+    runs = project / "results" / "runs"
+    report = project / "report"
+    before = snapshot(report)
+    # The lent machine's name given to cells of this machine (alpha's hardware).
+    shutil.copytree(runs / ENV, runs / "lent-gpu")
+    for path in (runs / "lent-gpu").glob("*/*/summary.json"):
+        data = json.loads(path.read_text())
+        data["params"]["env"] = "lent-gpu"
+        path.write_text(json.dumps(data))
+    reaggregate(project)
+    with pytest.raises(publish.PublishError) as info:
+        run_publish(keep_published=True)
+    message = str(info.value)
+    assert "environment 'lent-gpu'" in message and "from other hardware" in message, message
+    assert f"cpu_model {fakes.MACHINES[1].cpu_model!r} published" in message, message
+    assert f"{fakes.MACHINES[0].cpu_model!r} in the results" in message, message
+    assert "gpu_name" in message and "\n" not in message
+    assert "mnistbench pack ENV --as NAME" in message and "--config env=NAME" in message
+    assert snapshot(report) == before
+    # The same hardware under the same name is the same environment: it publishes again.
+    shutil.rmtree(runs / "lent-gpu")
+    reaggregate(project)
+    run_publish(keep_published=True)
 
 
 def test_keep_published_follows_no_link_in_report(project):

@@ -237,7 +237,8 @@ def test_table_help_names_its_flags(capsys):
 HOSTILE = ["<img src=x onerror=alert(1)>", "</table><script>x()</script>",
            '=HYPERLINK("http://evil.invalid","click")', "+1+cmd|' /C calc'!A0",
            "-2+3+cmd", "@SUM(1,1)", "\tTAB=1", "\rCR=1", "a|b", "`tick`", "**bold**",
-           "[link](javascript:alert(1))", "line\n# heading", "_under_"]
+           "[link](javascript:alert(1))", "line\n# heading", "_under_",
+           "www.evil.invalid", "https://evil.invalid/x"]
 
 
 def hostile_rows(text: str) -> list[dict[str, str]]:
@@ -255,8 +256,8 @@ def outside_code_spans(line: str) -> str:
 @pytest.mark.parametrize("text", HOSTILE, ids=range(len(HOSTILE)))
 def test_every_export_is_inert_over_hostile_strings(text):
     """Markdown (one env after the other, and side by side) shows every free-text value in
-    a code span or with nothing Markdown or HTML reads; CSV starts no text field with a
-    formula prefix, and a negative number stays a number."""
+    a code span or with nothing Markdown or HTML reads (nor a bare URL GitHub links); CSV
+    starts no text field with a formula prefix, and a negative number stays a number."""
     rows = hostile_rows(text)
     for built in (table.build(rows), table.build(rows, envs=(text, "b"))):
         out = table.markdown(built)
@@ -266,7 +267,7 @@ def test_every_export_is_inert_over_hostile_strings(text):
         columns = lines[1].count("|")  # the rule line: no value in it
         for line in [*lines, note]:
             bare = outside_code_spans(line)
-            for active in ("<", "[", "**", "# ", "\t", "\r", "=HYPERLINK"):
+            for active in ("<", "[", "**", "# ", "\t", "\r", "=HYPERLINK", "www.", "://"):
                 assert active not in bare, (line, active)
         for line in lines:  # no value opens or closes a column: a pipe in a span is escaped
             assert outside_code_spans(line).replace("\\|", "").count("|") == columns, line

@@ -204,6 +204,9 @@ BAD = {
                                           "rows": PEAK["rows"]}), "expected none"),
     "a limit of 1e300 GFLOP/s": (json.dumps(_changed(row_gflops=1e300)),
                                  "rows[0].gflops is 1e+300, above 1e+07 GFLOP/s"),
+    "a limit past what the CPU's cores can do": (
+        json.dumps(_changed(row_gflops=5e5)),
+        "gflops is 500000 GFLOP/s, above 266240 GFLOP/s, the most 20 logical CPU cores can do"),
     "nested 5000 deep": ("[" * 5000 + "]" * 5000, "nested deeper than 64 levels"),
     "failed without a reason": (json.dumps({**UNAVAILABLE, "device": "cpu",
                                             "status": "failed", "reason": ""}),
@@ -290,6 +293,12 @@ def test_pack_and_unpack_refuse_a_bad_measured_limit(tmp_path):
     assert "a measured limit is refused" in str(caught.value)
     assert "threads is \"two\"" in str(caught.value)
     assert not (tmp_path / "b" / ENV).exists()
+    # Bad case of issue 41: a limit of 1e300 GFLOP/s from an archive.
+    members[index] = (members[index][0], json.dumps(_changed(row_gflops=1e300)).encode())
+    with pytest.raises(archive.ArchiveError) as caught:
+        archive.unpack(write_members(tmp_path / "e.tar.gz", members), tmp_path / "b")
+    assert "rows[0].gflops is 1e+300, above 1e+07 GFLOP/s" in str(caught.value)
+    assert not (tmp_path / "b" / ENV).exists()
     stray = write_members(tmp_path / "s.tar.gz",
                           [*read_members(good), member(f"runs/{ENV}/peak/gpu.json")])
     with pytest.raises(archive.ArchiveError, match=r"is not a file of the results"):
@@ -305,7 +314,7 @@ def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsy
     small_study(runs)
     record = copy.deepcopy(PEAK)
     for row in record["rows"]:
-        row["gflops"] = 1e-6 if row["precision"] == "fp32" else 1e6
+        row["gflops"] = 1e-6 if row["precision"] == "fp32" else 1e4
     write_peak(runs, record)
     rows = summary_rows(runs, tmp_path / "out")
     fp32 = [r for r in rows.values() if r["device"] == "cpu" and r["precision"] == "fp32"]
@@ -315,7 +324,7 @@ def test_a_limit_that_cells_ran_far_past_is_refused_with_the_fix(tmp_path, capsy
         "limit_source"] and f"runs/{ENV}/peak/cpu.json" in r["limit_source"]
         and "delete that file and rerun the study" in r["limit_source"] for r in fp32)
     bf16 = rows[(ENV, "sweep", "cpu-bf16-resident-b64-r0")]
-    assert bf16["limit_gflops"] == 1e6 and bf16["limit_source"].startswith("measured: ")
+    assert bf16["limit_gflops"] == 1e4 and bf16["limit_source"].startswith("measured: ")
     assert "is no limit" in capsys.readouterr().err
 
 

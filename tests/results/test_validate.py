@@ -379,6 +379,14 @@ IMPOSSIBLE_ROWS = {
     "an unknown tip": ("tip", "<img src=x>", 'tip is "<img src=x>", expected one of'),
     "a 1e300 GFLOP/s limit": ("limit_gflops", "1e300", 'limit_gflops is "1e300", expected a '
                               "finite number 0 to 1e+07"),
+    "an ok cpu row at tf32": ("precision", "tf32", 'precision is "tf32", which cpu does not '
+                              "run (it runs fp32, bf16)"),
+    "an ok cpu row at fp16": ("precision", "fp16", 'precision is "fp16", which cpu does not'),
+    "a cpu limit past what its cores can do": (
+        "limit_gflops", "5e5", "limit_gflops is 500000 GFLOP/s, above 266240 GFLOP/s, the "
+        "most 20 logical CPU cores can do"),
+    "a cpu rate past what its cores can do": (
+        "achieved_gflops", "3e5", "achieved_gflops is 300000 GFLOP/s, above 266240"),
     "an empty env": ("env", "", 'env is "", expected the name of a folder'),
     "an unknown status": ("status", "great", 'status is "great", expected one of'),
 }
@@ -420,10 +428,66 @@ def test_every_reader_of_the_tables_refuses_a_row_no_cell_can_give(study, tmp_pa
     assert code == 1 and out == "" and words in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize(("column", "value", "words"), [
+    ("rss_mb", "-5000", 'rss_mb is "-5000", expected a finite number 0 or more'),
+    ("gpu_util_pct", "250", 'gpu_util_pct is "250", expected a finite number 0 to 100'),
+    ("device", "tpu", 'device is "tpu", expected one of'),
+])
+def test_the_report_refuses_a_resources_row_no_cell_can_give(study, tmp_path, column, value,
+                                                             words):
+    """resources.csv is range-checked like the other two tables (it was read unchecked: a
+    -5000 MiB memory drew into the report's charts)."""
+    aggregate.aggregate(study, tmp_path)
+    path = tmp_path / "resources.csv"
+    edit_summary(path, 2, column, value)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(tmp_path)
+    message = str(info.value)
+    assert message.startswith(f"{path} line 2 (cell ") and words in message, message
+
+
+@pytest.mark.parametrize("name", ["summary.csv", "epochs.csv", "resources.csv"])
+def test_the_readers_of_the_tables_follow_no_link_and_open_no_fifo(study, tmp_path, name,
+                                                                  capsys):
+    """Item 1 of issue 41: an aggregated table replaced by a symbolic link to a secret (a
+    publication's data/ is anyone's input) is refused by the report's reader (load_tables)
+    and, for summary.csv, by `mnistbench table`, naming the link; nothing of its target is
+    printed or rendered (both followed it). A FIFO in its place is refused at once."""
+    import os
+
+    from mnistbench import cli
+
+    out = tmp_path / "tables"
+    aggregate.aggregate(study, out)
+    secret = tmp_path / "secret.csv"
+    text = (out / name).read_text().replace("alpha", "SECRET", 1)
+    secret.write_text(text)
+    (out / name).unlink()
+    (out / name).symlink_to(secret)
+    with pytest.raises(aggregate.AggregateError) as info:
+        aggregate.load_tables(out)
+    message = str(info.value)
+    assert f"cannot read {out / name}: a symbolic link, which is not followed" in message
+    assert "SECRET" not in message
+    (out / name).unlink()
+    os.mkfifo(out / name)
+    with pytest.raises(aggregate.AggregateError, match="not a regular file but a FIFO"):
+        aggregate.load_tables(out)
+    if name == "summary.csv":
+        (out / name).unlink()
+        (out / name).symlink_to(secret)
+        capsys.readouterr()
+        code = cli.main(["table", "--results", str(out)])
+        got, err = capsys.readouterr()
+        assert code == 1 and got == "" and "SECRET" not in err, err
+        assert "a symbolic link, which is not followed" in err and "Traceback" not in err
+
+
 def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
     """A summary.json with a tpu device, an fp64 precision or a loader `<b>warp</b>` cannot
     be placed (the aggregate refuses, naming the file); one with an implementation, compile
-    mode or tip outside its list is invalid: filed failed, never a finding."""
+    mode or tip outside its list, or ok at a precision its device does not run (cpu tf32),
+    is invalid: filed failed, never a finding."""
     folder = folder_of(runs)
     original = (folder / schema.SUMMARY_FILE).read_text()
     for key, value in (("device", "tpu"), ("precision", "fp64"), ("loader", "<b>warp</b>")):
@@ -439,6 +503,25 @@ def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
         cell = validate.read_cell(folder)
         assert cell.table_status == "failed"
         assert f"params.{key} is \"{value}\", expected one of" in cell.why()
+    # A precision of the list that the cell's device does not run (train refuses it before
+    # it runs): an ok cpu cell at tf32 or fp16 is invalid; an unavailable one is a result.
+    for value in ("tf32", "fp16"):
+        (folder / schema.SUMMARY_FILE).write_text(original)
+        set_value(folder, "params.precision", value)
+        cell = validate.read_cell(folder)
+        assert cell.table_status == "failed", value
+        assert f'params.precision is "{value}", which cpu does not run (it runs fp32, bf16)' \
+            in cell.why()
+    # A training rate no CPU of the cell's cores can reach (20 logical: 266,240 GFLOP/s).
+    (folder / schema.SUMMARY_FILE).write_text(original)
+    set_value(folder, "results.achieved_gflops", 3e5)
+    assert "results.achieved_gflops is 300000 GFLOP/s, above 266240 GFLOP/s" in \
+        validate.read_cell(folder).why()
+    (folder / schema.SUMMARY_FILE).write_text(original)
+    data = json.loads(original)
+    data["params"]["precision"], data["status"], data["reason"] = "tf32", "unavailable", "no"
+    (folder / schema.SUMMARY_FILE).write_text(json.dumps(data))
+    assert "which cpu does not run" not in validate.read_cell(folder).why()
 
 
 def test_loads_strict_names_the_token_and_where():

@@ -414,6 +414,11 @@ LIMIT_FIELDS: dict[str, tuple[str, str]] = {
 
 #: The folder of an environment that holds its measured limits: ``runs/{env}/peak/``.
 PEAK_DIR = "peak"
+#: The highest measured limit or training rate believed, in GFLOP/s: 10 PFLOP/s, above any
+#: single device's datasheet peak at any precision this study runs (an H200's dense fp16 is
+#: about 1 PFLOP/s). No datasheet table is kept, so this one bound holds for every device
+#: (a CPU's is tighter: mnistbench.results.validate.cpu_ceiling_gflops).
+MAX_GFLOPS = 1e7
 #: Statuses of a measured limit: ``ok`` (measured), ``unavailable`` (the device does not
 #: exist here), ``failed`` (the measurement did not finish: ``reason`` says why).
 PEAK_STATUSES = ("ok", "unavailable", "failed")

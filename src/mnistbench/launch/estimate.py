@@ -167,22 +167,28 @@ def peak_gflops(runs: str | os.PathLike[str], env: str, device: str, precision: 
     """(GFLOP/s, measured) of ``device`` at ``precision`` in ``env``: the peak step's record
     (runs/ENV/peak/DEVICE.json, :func:`mnistbench.core.schema.best_peak_row`), else its fp32
     row, else :data:`DEFAULT_PEAK_GFLOPS` (False)."""
-    path = Path(runs, env, schema.PEAK_DIR, schema.peak_file(device))
-    try:
-        # bounded: a record nested 5000 deep was a RecursionError in `estimate` (and -n)
-        record: Any = untrusted.loads_strict(path.read_text(encoding="utf-8"))
-        rows = record.get("rows") or []
-        for wanted in (precision, "fp32"):
-            row = schema.best_peak_row(rows, wanted)
-            if row is not None and row.get("gflops"):
-                gflops = float(row["gflops"])
-                if math.isfinite(gflops) and gflops > 0:  # a word or NaN: the default
-                    return gflops, True
-                break
+    folder = Path(runs, env)
+    try:  # read bounded, following no link; a limit that cannot be true is no limit
+        record: Any = untrusted.loads_strict(untrusted.read_text_under(
+            folder, f"{schema.PEAK_DIR}/{schema.peak_file(device)}",
+            max_bytes=untrusted.MAX_CONFIG_BYTES))
+        rows = [row for row in record.get("rows") or [] if isinstance(row, dict)
+                and isinstance(row.get("precision"), str) and _believable(row.get("gflops"))]
     except (OSError, ValueError, AttributeError, TypeError):
-        pass
+        rows = []
+    for wanted in (precision, "fp32"):
+        row = schema.best_peak_row(rows, wanted)
+        if row is not None and row.get("gflops"):
+            return float(row["gflops"]), True
     default = DEFAULT_PEAK_GFLOPS.get(device, DEFAULT_PEAK_GFLOPS["cpu"])
     return default * (max(1, cores) if device in PER_CORE else 1), False
+
+
+def _believable(gflops: object) -> bool:
+    """Whether a peak row's GFLOP/s can be a device's (above 0, at most
+    :data:`mnistbench.core.schema.MAX_GFLOPS`: the readers of results refuse the rest)."""
+    return (isinstance(gflops, int | float) and not isinstance(gflops, bool)
+            and 0 < gflops <= schema.MAX_GFLOPS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,8 +349,9 @@ def summary_observation(path: Path, plan: Plan, wall_s: float | None = None
     """The observation of a finished ok cell's summary.json (None for another status or an
     unreadable one): its work from its recorded params, its wall time ``wall_s`` (the study's
     time on it) or else its process's (timed, warm-up and overhead s)."""
-    try:
-        summary: Any = untrusted.loads_strict(path.read_text(encoding="utf-8"))  # bounded
+    try:  # read bounded (depth, size), following no link at its name
+        summary: Any = untrusted.loads_strict(untrusted.read_text_under(
+            path.parent, path.name, max_bytes=untrusted.MAX_CONFIG_BYTES))
         if summary.get("status") != "ok":
             return None
         p, t = summary["params"], summary["timing"]

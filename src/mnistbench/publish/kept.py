@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +59,8 @@ def _published_csv(report: Path, name: str) -> list[list[str]]:
         return list(csv.reader(io.StringIO(text, newline="")))
 
 
-def kept_environments(report: Path, present: Sequence[str]) -> Kept:
+def kept_environments(report: Path, present: Sequence[str],
+                      hardware: Mapping[str, Mapping[str, set[str]]] | None = None) -> Kept:
     """What ``publish --keep-published`` keeps of ``report``'s publication: every environment
     of its tables that ``present`` (the environments under results/runs) does not name, as
     published. Their cells cannot be checked again (their summary.json files are not here):
@@ -71,7 +72,9 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     followed), and the config files its manifest names are kept as names, never opened.
     Raises :class:`PublishError` when there is no readable publication, when its tables have
     other columns than this mnistbench writes (measure those environments again), or when a
-    kept row cannot come from a cell."""
+    kept row cannot come from a cell. ``hardware``: env -> :func:`hardware_of` the
+    results' cells; an environment of ``present`` that the publication holds from other
+    hardware is refused (:func:`check_same_hardware`), not silently replaced."""
     data = report / DATA_DIR
     try:
         old = validate.loads_strict(untrusted.read_text_under(
@@ -108,16 +111,20 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     header = summary_table[0]
     summary = [dict(zip(header, row, strict=True)) for row in summary_table[1:]]
     envs = sorted({row["env"] for row in summary} - set(present))
+    if hardware is not None:
+        check_same_hardware(report, hardware, summary)
     kept_summary = [r for r in summary if r["env"] in envs]
     kept_epochs = [r for r in epochs[1:] if r[0] in envs]
     try:
         for line, entry in enumerate(summary, start=2):  # named by their lines in the file
             if entry["env"] in envs:
                 rows.check_rows("summary", [entry], data / aggregate.SUMMARY_CSV, line)
-        for line, record in enumerate(epochs[1:], start=2):
-            if record[0] in envs:
-                rows.check_rows("epochs", [dict(zip(epochs[0], record, strict=True))],
-                                    data / aggregate.EPOCHS_CSV, line)
+        for kind, name, kept_rows in (("epochs", aggregate.EPOCHS_CSV, epochs),
+                                      ("resources", aggregate.RESOURCES_CSV, resources)):
+            for line, record in enumerate(kept_rows[1:], start=2):
+                if record[0] in envs:
+                    rows.check_rows(kind, [dict(zip(kept_rows[0], record, strict=True))],
+                                    data / name, line)
     except rows.TableRowError as exc:
         raise PublishError(f"--keep-published: {exc} Kept rows are checked at every "
                            "publish: publish without --keep-published (or measure that "
@@ -155,6 +162,54 @@ def kept_environments(report: Path, present: Sequence[str]) -> Kept:
     return Kept(envs=envs, summary=kept_summary, epochs=kept_epochs,
                 resources=[r for r in resources[1:] if r[0] in envs], manifest=entries,
                 env_configfiles=env_configfiles, env_configs=env_configs)
+
+
+#: The environment fields that name the hardware a cell ran on: the CPU's model and the
+#: instruction set torch ran it with, and the GPU's name (schema.ENV_FIELDS).
+HARDWARE_FIELDS = ("cpu_model", "cpu_capability", "gpu_name")
+
+
+def hardware_of(cells: Iterable[tuple[str, Mapping[str, object]]]
+                ) -> dict[str, dict[str, set[str]]]:
+    """env -> field -> the values of :data:`HARDWARE_FIELDS` its cells record (empty ones
+    left out), from (env, the cell's environment section or summary.csv row) pairs."""
+    found: dict[str, dict[str, set[str]]] = {}
+    for env, record in cells:
+        fields = found.setdefault(env, {name: set() for name in HARDWARE_FIELDS})
+        for name in HARDWARE_FIELDS:
+            value = record.get(name)
+            if value not in (None, ""):
+                fields[name].add(str(value))
+    return found
+
+
+def check_same_hardware(report: Path, hardware: Mapping[str, Mapping[str, set[str]]],
+                        published: Sequence[Mapping[str, str]]) -> None:
+    """Refuse (:class:`PublishError`) an environment of the results that the publication in
+    ``report`` holds under the same name from other hardware (another CPU model or
+    instruction set, another GPU): publishing would replace those results with no word,
+    where both are wanted (a lent machine's environment cannot be measured again)."""
+    old = hardware_of((row["env"], row) for row in published)
+    for env in sorted(set(hardware) & set(old)):
+        # A field one side does not record (an older schema, no GPU seen) is not compared.
+        differ = [name for name in HARDWARE_FIELDS if hardware[env][name]
+                  and old[env][name] and hardware[env][name] != old[env][name]]
+        if not differ:
+            continue
+        shown = "; ".join(
+            f"{name} {_values(old[env][name])} published, {_values(hardware[env][name])} "
+            "in the results" for name in differ)
+        raise PublishError(
+            f"--keep-published: the results hold an environment {env!r} that the "
+            f"publication in {report} holds too, from other hardware ({shown}): publishing "
+            "would replace the published environment with no word. Both are results: give "
+            "the new one another name, `mnistbench pack ENV --as NAME` then `mnistbench "
+            "unpack` (or run its study with `--config env=NAME`), then publish again; to "
+            "replace the published one on purpose, publish without --keep-published.")
+
+
+def _values(values: set[str]) -> str:
+    return " / ".join(repr(untrusted.one_line(v)[:80]) for v in sorted(values)) or "none"
 
 
 def upgradable(has: Sequence[str], writes: Sequence[str]) -> bool:
@@ -205,10 +260,12 @@ def summary_rows(path: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------------
 # The step of publish
 def keep(report: Path, present: Sequence[str],
-         log: Callable[[str], None] | None = None) -> Kept:
+         log: Callable[[str], None] | None = None,
+         hardware: Mapping[str, Mapping[str, set[str]]] | None = None) -> Kept:
     """``publish --keep-published``: what :func:`kept_environments` keeps of ``report``'s
-    publication beside the environments ``present`` under results/runs, logged."""
-    kept = kept_environments(report, present)
+    publication beside the environments ``present`` under results/runs (their ``hardware``,
+    :func:`hardware_of`, the same as published), logged."""
+    kept = kept_environments(report, present, hardware)
     if log is not None:
         log(f"keeping {', '.join(kept.envs) or 'no environment'} as published")
     return kept

@@ -46,7 +46,8 @@ def publish(results: Path = Path("results"), report: Path = REPORT_DIR, *,
     results, report = Path(results), Path(report)
     root = Path(root) if root is not None else Path.cwd()
     study = checks.load(results / "runs", configfiles, env_configfiles, config_schema)
-    kept_envs = kept.keep(report, study.envs, log) if keep_published else None
+    kept_envs = (kept.keep(report, study.envs, log, kept.hardware_of(
+        (c.key[0], c.env) for c in study.cells)) if keep_published else None)
     env_files, env_configs = kept.all_env_configs(study, kept_envs)
     allowed = {ProblemKind.MISSING: allow_missing, ProblemKind.FAILED: allow_failed,
                ProblemKind.STALE: allow_stale}

@@ -63,6 +63,7 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
         return [f"{path} is not the manifest of a publication (format {FORMAT!r})"]
     problems = []
     unread = False  # a file of the publication that is not read: no rendering from it
+    altered: set[str] = set()  # files that do not match their checksums: none of it quoted
     files = manifest.get("files") or {}
     if not isinstance(files, dict):
         return [f"{path}: 'files' is not a mapping of paths to checksums"]
@@ -87,6 +88,7 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
             unread = unread or not missing
             continue
         if digest != entry.get("sha256"):
+            altered.add(name)
             problems.append(f"{target} does not match its SHA-256 in the manifest (changed "
                             "after publishing)")
     data_dir = report / DATA_DIR
@@ -128,8 +130,11 @@ def verify(report: Path = REPORT_DIR) -> list[str]:
             problems.append(str(exc))
             return problems
     if strip_stamp(fresh) != strip_stamp(committed):
-        problems.append(f"{report / INDEX} is not what {results} renders to now: "
-                        + first_difference(strip_stamp(committed), strip_stamp(fresh)))
+        # A file that is not what was published may be anything (a hard link to a secret):
+        # where it differs is said, never what it holds.
+        where = first_difference(strip_stamp(committed), strip_stamp(fresh),
+                                 quote=INDEX not in altered)
+        problems.append(f"{report / INDEX} is not what {results} renders to now: {where}")
     return problems
 
 
@@ -148,13 +153,17 @@ def _outside(report: Path, name: object) -> str | None:
     return None
 
 
-def first_difference(old: str, new: str, width: int = 160) -> str:
-    """Where two texts first differ, as one short line."""
+def first_difference(old: str, new: str, width: int = 160, *, quote: bool = True) -> str:
+    """Where two texts first differ, as one short line (``quote``: with both lines, else
+    only the line's number)."""
     old_lines, new_lines = old.splitlines(), new.splitlines()
     matcher = difflib.SequenceMatcher(a=old_lines, b=new_lines, autojunk=False)
     for tag, i1, _i2, j1, _j2 in matcher.get_opcodes():
         if tag == "equal":
             continue
+        if not quote:
+            return (f"they differ from line {i1 + 1} (not quoted: the file does not match "
+                    "its checksum either, so what it holds is not the publication's)")
         was = old_lines[i1][:width] if i1 < len(old_lines) else "(end)"
         now = new_lines[j1][:width] if j1 < len(new_lines) else "(end)"
         return f"line {i1 + 1} was {was!r}, renders as {now!r}"

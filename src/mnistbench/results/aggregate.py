@@ -37,6 +37,8 @@ them back with the right types for the report.
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import re
 import sys
 from collections.abc import Mapping
@@ -44,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mnistbench.core import atomic, schema
+from mnistbench.core import atomic, schema, untrusted
 from mnistbench.core.devices import device_label
 from mnistbench.results import rows, validate
 
@@ -137,6 +139,7 @@ def aggregate(runs: Path, out_dir: Path) -> list[Path]:
             raise AggregateError(str(exc)) from None
         summary_rows.append(_flatten(cell))
         summary_rows[-1].update(limit_columns(summary_rows[-1], peaks, runs.name))
+        _refuse_limit_past_ceiling(summary_rows[-1], runs)
         if not cell.valid:
             invalid.append(cell)
             print(f"mnistbench aggregate: warning: {cell_dir} is invalid and kept out of "
@@ -270,6 +273,18 @@ def _limit_file(runs_name: str, env: object, device: object) -> str:
 #: is refused as no limit: the training's own kernels may beat the two the peak step times,
 #: but not by this much (a limit timed while something else used the cores, e.g.).
 LIMIT_SLACK = 1.25
+
+
+def _refuse_limit_past_ceiling(row: Mapping[str, object], runs: Path) -> None:
+    """Raise :class:`AggregateError` naming the measured limit a row was set against when no
+    CPU of the cell's cores can reach it (:func:`mnistbench.results.validate.ceiling_problem`):
+    the record is not a measurement of this machine."""
+    problem = validate.ceiling_problem(row.get("device"), "its best row's gflops",
+                                       row.get("limit_gflops"), row.get("cpu_cores_logical"))
+    if problem:
+        raise AggregateError(
+            f"the measured limit {runs / _limit_file('', row['env'], row['device'])[1:]}: "
+            f"{problem} (cell {row['cell']}'s machine): {validate.PEAK_FIX}.")
 
 
 def refuse_impossible_limits(rows: list[dict], runs_name: str = "runs") -> list[str]:
@@ -407,13 +422,21 @@ def load_tables(results: Path) -> Tables:
                            (EPOCHS_CSV, epoch_columns()),
                            (RESOURCES_CSV, resource_columns())):
         path = results / name
-        if not path.is_file():
-            raise AggregateError(
-                f"{path} {atomic.not_there(path)}. Run `mnistbench aggregate RUNS --out-dir "
-                f"{results}` first (or pass --results with the folder that holds the "
-                "aggregated CSVs).")
         try:
-            frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+            text = rows.read_table_text(results, name)
+        except untrusted.UnsafeFile as exc:
+            if exc.errno == errno.ENOENT:
+                raise AggregateError(
+                    f"{path} does not exist. Run `mnistbench aggregate RUNS --out-dir "
+                    f"{results}` first (or pass --results with the folder that holds the "
+                    "aggregated CSVs).") from None
+            raise AggregateError(
+                f"cannot read {path}: {exc.why}. The aggregated tables are read only where "
+                f"they lie, as regular files: run `mnistbench aggregate RUNS --out-dir "
+                f"{results}` again (or pass --results the folder that holds them).") from None
+        try:
+            frame = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False,
+                                na_values=[""])
         except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
             raise AggregateError(f"cannot read {path}: {exc}. Rerun `mnistbench aggregate`."
                                  ) from None
@@ -428,13 +451,12 @@ def load_tables(results: Path) -> Tables:
             raise AggregateError(
                 f"{path} lacks the column(s) {', '.join(missing)}; it was written by another "
                 "mnistbench version or edited. Rerun `mnistbench aggregate`.")
-        if name in (SUMMARY_CSV, EPOCHS_CSV):  # every row as a cell would give it, or refused
-            records = frame.astype(object).where(frame.notna(), None).to_dict("records")
-            try:
-                rows.check_rows("summary" if name == SUMMARY_CSV else "epochs", records,
-                                    path)
-            except rows.TableRowError as exc:
-                raise AggregateError(str(exc)) from None
+        # every row as a cell would give it, or refused
+        records = frame.astype(object).where(frame.notna(), None).to_dict("records")
+        try:
+            rows.check_rows(name.removesuffix(".csv"), records, path)
+        except rows.TableRowError as exc:
+            raise AggregateError(str(exc)) from None
         for column in frame.columns:
             if column not in TEXT_COLUMNS:
                 frame[column] = _numeric(frame, column, path)

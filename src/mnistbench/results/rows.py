@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from mnistbench.core import schema
+from mnistbench.core import schema, untrusted
 from mnistbench.results import validate
 
 #: What a CSV value that spells no number reads as: no spec accepts it.
@@ -32,6 +32,17 @@ MAX_CSV_FIELD = 16 * 1024 * 1024
 TABLE_FIX = ("the table was edited or damaged (the aggregate writes only checked values): "
              "run `mnistbench aggregate RUNS --out-dir FOLDER` again, or for a publication "
              "publish again")
+
+
+def read_table_text(results: Path, name: str) -> str:
+    """The text of the aggregated table ``results/NAME`` (summary.csv, epochs.csv,
+    resources.csv), read through the one safe opener
+    (:func:`mnistbench.core.untrusted.read_text_under`): a symbolic link in its place is not
+    followed (a publication's ``data/`` is anyone's input), a FIFO is not opened, the size is
+    capped at :data:`mnistbench.results.validate.MAX_CSV_BYTES`. Raises
+    :class:`mnistbench.core.untrusted.UnsafeFile` naming the path (errno ENOENT: missing),
+    never the content."""
+    return untrusted.read_text_under(results, name, max_bytes=validate.MAX_CSV_BYTES)
 
 
 @contextmanager
@@ -55,10 +66,11 @@ def _summary_specs() -> dict[str, validate.Spec]:
     return specs
 
 
-#: What each column of summary.csv and of epochs.csv may hold.
+#: What each column of summary.csv, epochs.csv and resources.csv may hold.
 TABLE_SPECS: dict[str, dict[str, validate.Spec]] = {
     "summary": _summary_specs(),
     "epochs": {**validate.SPECS["params"], **validate.SPECS["epochs"]},
+    "resources": {**validate.SPECS["params"], **validate.SPECS["resources"]},
 }
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 #: The enumerated columns a row must name (a cell's series); the others may be empty.
@@ -76,12 +88,14 @@ def _text_value(spec: validate.Spec, text: str) -> object:
 
 
 def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
-    """Why a row of the aggregated ``table`` (``summary`` or ``epochs``, values as CSV text)
-    cannot come from a cell: an empty identity or one with a control character, a status,
-    device, precision, loader, implementation, compile mode, tip or allocator outside its list in
-    :mod:`mnistbench.core`, or a number outside its physical range (:data:`TABLE_SPECS`:
-    accuracies 0 to 100 %, times, rates and counts 0 or more, a limit up to
-    :data:`mnistbench.results.validate.MAX_GFLOPS`). Empty: the row is sound."""
+    """Why a row of the aggregated ``table`` (``summary``, ``epochs`` or ``resources``, values
+    as CSV text) cannot come from a cell: an empty identity or one with a control character,
+    a status, device, precision, loader, implementation, compile mode, tip or allocator
+    outside its list in :mod:`mnistbench.core`, an ok row of a precision its device does not
+    run, or a number outside its physical range (:data:`TABLE_SPECS`: accuracies 0 to 100 %,
+    times, rates, memory and counts 0 or more, a limit or rate up to
+    :data:`mnistbench.results.validate.MAX_GFLOPS` and, on a CPU, up to
+    :func:`mnistbench.results.validate.cpu_ceiling_gflops`). Empty: the row is sound."""
     problems = []
     for column in schema.ID_COLUMNS:  # folder names: any text but empty or control
         value = str(row.get(column) or "")
@@ -100,6 +114,15 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
         problems.append(validate.enum_problem(column, text) or "" if text else
                         f"{column} is empty: the table has no {column} for the cell, which "
                         "every cell has (it names its series in every table and chart)")
+    combination = validate.combination_problem(row.get("status"), row.get("device"),
+                                               row.get("precision"))
+    if combination:
+        problems.append(combination)
+    for column in ("limit_gflops", "achieved_gflops"):
+        ceiling = validate.ceiling_problem(row.get("device"), column, row.get(column),
+                                           row.get("cpu_cores_logical"))
+        if ceiling:
+            problems.append(ceiling)
     specs = TABLE_SPECS[table]
     for column, raw in row.items():
         spec = specs.get(column)

@@ -23,6 +23,7 @@ Import rule: the standard library, :mod:`mnistbench.core` and the standard-libra
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import math
 import re
@@ -32,10 +33,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mnistbench.core import atomic, study, untrusted
+from mnistbench.core import study, untrusted
 from mnistbench.core.devices import DEVICES, LOADERS, PRECISIONS
 from mnistbench.core.durations import seconds
-from mnistbench.results.rows import MAX_CSV_FIELD, TableRowError, check_rows, csv_fields_up_to
+from mnistbench.results.rows import (
+    MAX_CSV_FIELD,
+    TableRowError,
+    check_rows,
+    csv_fields_up_to,
+    read_table_text,
+)
 
 SUMMARY_CSV = "summary.csv"
 #: What tells the rows apart: the settings of a cell but its environment and repeat.
@@ -98,13 +105,20 @@ def read_summary(results: Path) -> list[dict[str, str]]:
     """The rows of ``results/summary.csv`` as text; :class:`TableError` naming the file when it
     is missing, unreadable or lacks a column the table needs."""
     path = Path(results) / SUMMARY_CSV
-    if not path.is_file():
-        raise TableError(
-            f"{path} {atomic.not_there(path)}. Run `mnistbench aggregate RUNS --out-dir "
-            f"{results}` first, or pass --results with the folder that holds the aggregated tables "
-            "(report/data for the published study).")
     try:
-        with csv_fields_up_to(), path.open(encoding="utf-8", newline="") as handle:
+        text = read_table_text(Path(results), SUMMARY_CSV)
+    except untrusted.UnsafeFile as exc:
+        if exc.errno == errno.ENOENT:
+            raise TableError(
+                f"{path} does not exist. Run `mnistbench aggregate RUNS --out-dir {results}` "
+                "first, or pass --results with the folder that holds the aggregated tables "
+                "(report/data for the published study).") from None
+        raise TableError(f"cannot read {path}: {exc.why}. The table is read only where it "
+                         f"lies, as a regular file: run `mnistbench aggregate RUNS --out-dir "
+                         f"{results}` again, or pass --results the folder that holds it."
+                         ) from None
+    try:
+        with csv_fields_up_to(), io.StringIO(text, newline="") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
             columns = reader.fieldnames or []
@@ -244,17 +258,18 @@ def _cell(text: object) -> str:
 
 
 #: Text Markdown shows as it is (letters, digits and . , = + : / - and spaces; an underscore
-#: is escaped).
+#: is escaped), unless GitHub would make a link of it (``www.``, ``scheme://``).
 _PLAIN = re.compile(r"[A-Za-z0-9 .,=+:/_–-]*")
+_AUTOLINK = re.compile(r"(?i)www\.|://")
 
 
 def _free(text: object) -> str:
     """A value from the table (an environment, a setting, a file name) for a Markdown
-    table cell: plain where it holds no character Markdown or HTML gives a meaning (its
-    underscores escaped), else in a code span (HTML and Markdown in it stay text;
-    :func:`mnistbench.core.untrusted.markdown_cell`)."""
+    table cell: plain where it holds no character Markdown or HTML gives a meaning and is
+    no bare URL GitHub links (its underscores escaped), else in a code span (HTML and
+    Markdown in it stay text; :func:`mnistbench.core.untrusted.markdown_cell`)."""
     text = " ".join(_CONTROL.sub(" ", str(text)).split())
-    if text and _PLAIN.fullmatch(text):
+    if text and _PLAIN.fullmatch(text) and not _AUTOLINK.search(text):
         return text.replace("_", "\\_")
     return untrusted.markdown_cell(text)
 

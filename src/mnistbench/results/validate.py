@@ -205,12 +205,45 @@ ENUMS: dict[str, tuple[object, ...]] = {
 #: The same as CSV text (False and None as the aggregate writes them).
 ENUM_TEXT = {name: frozenset("" if v is None else str(v) for v in values)
              for name, values in ENUMS.items()}
-#: The highest measured limit believed, in GFLOP/s: 10 PFLOP/s, above any single device's
-#: datasheet peak at any precision this study runs (an H200's dense fp16 is about 1 PFLOP/s).
-#: No datasheet table is kept here, so this one bound holds for every device.
-MAX_GFLOPS = 1e7
+#: The highest measured limit believed, in GFLOP/s (10 PFLOP/s; its home is core.schema).
+MAX_GFLOPS = schema.MAX_GFLOPS
 #: A limit or a training rate above this many GFLOP/s cannot be true (a 1e300 record).
 GFLOPS = Spec("number", 0, MAX_GFLOPS)
+#: The most FLOP one CPU core does in a cycle at any precision this study runs: Intel AMX's
+#: bf16 tile multiply, 1024 multiply-adds (2048 FLOP) a cycle (AVX-512 fp32 does 64).
+CPU_FLOP_PER_CYCLE = 2048
+#: A clock no CPU core sustains, in GHz (the fastest boost clocks are about 6 GHz).
+CPU_MAX_GHZ = 6.5
+
+
+def cpu_ceiling_gflops(cores_logical: object) -> float | None:
+    """The GFLOP/s no CPU of ``cores_logical`` logical cores can reach at any precision:
+    every logical core (hyperthreads counted as cores) at :data:`CPU_MAX_GHZ` doing
+    :data:`CPU_FLOP_PER_CYCLE`: above any CPU's datasheet peak (AMX runs near 2 GHz, and a
+    hyperthread shares its core's units; a 2-core machine: 26.6 TFLOP/s, where its AVX-512
+    fp32 datasheet peak is about 0.5). None where the cores are not a whole number 1 or
+    more (then :data:`MAX_GFLOPS` alone bounds it)."""
+    if isinstance(cores_logical, str):
+        cores_logical = parse_csv_number(cores_logical, "int") if cores_logical else None
+    if type(cores_logical) is not int or cores_logical < 1:
+        return None
+    return cores_logical * CPU_MAX_GHZ * CPU_FLOP_PER_CYCLE
+
+
+def ceiling_problem(device: object, field: str, gflops: object,
+                    cores_logical: object) -> str | None:
+    """Why ``gflops`` (a cpu cell's limit or training rate, ``field``) cannot be true of a
+    CPU of ``cores_logical`` logical cores (:func:`cpu_ceiling_gflops`), or None (another
+    device: :data:`MAX_GFLOPS` bounds it where its datasheet is not known here)."""
+    if isinstance(gflops, str):
+        gflops = parse_csv_number(gflops) if gflops else None
+    ceiling = cpu_ceiling_gflops(cores_logical) if device == "cpu" else None
+    if ceiling is None or not isinstance(gflops, int | float) or isinstance(gflops, bool) \
+            or gflops <= ceiling:
+        return None
+    return (f"{field} is {gflops:g} GFLOP/s, above {ceiling:g} GFLOP/s, the most "
+            f"{cores_logical} logical CPU cores can do ({CPU_MAX_GHZ:g} GHz x "
+            f"{CPU_FLOP_PER_CYCLE} FLOP a cycle each, more than any CPU's datasheet peak)")
 
 
 def enum_problem(field: str, value: object) -> str | None:
@@ -220,6 +253,21 @@ def enum_problem(field: str, value: object) -> str | None:
         return None
     shown = ", ".join(repr(v) for v in allowed if v not in ("", None, False))
     return f"{field} is {show(value)}, expected one of {shown}"
+
+
+def combination_problem(status: object, device: object, precision: object) -> str | None:
+    """Why an ``ok`` cell cannot have run ``precision`` on ``device``
+    (:data:`mnistbench.core.devices.SUPPORTED`: ``train`` refuses any other combination
+    before it runs, and the study never asks for one), or None; a cell of another status,
+    or a device or precision outside its list (:func:`enum_problem` names those), passes."""
+    from mnistbench.core.devices import SUPPORTED
+
+    if status != "ok" or device not in SUPPORTED or precision not in ENUMS["precision"]:
+        return None
+    if precision in SUPPORTED[str(device)]:
+        return None
+    return (f"precision is {show(precision)}, which {device} does not run (it runs "
+            f"{', '.join(SUPPORTED[str(device)])}): no ok cell can have run so")
 
 
 SPECS["results"]["achieved_gflops"] = GFLOPS
@@ -451,6 +499,18 @@ def _check_values(cell: Cell) -> None:
         if problem:
             cell.bad_fields.add(("params", key))
             cell.problems.append(f"{schema.SUMMARY_FILE} params.{problem}")
+    problem = (None if ("results", "achieved_gflops") in cell.bad_fields else ceiling_problem(
+        cell.params.get("device"), "results.achieved_gflops",
+        cell.sections["results"].get("achieved_gflops"),
+        cell.sections["env"].get("cpu_cores_logical")))
+    if problem:
+        cell.bad_fields.add(("results", "achieved_gflops"))
+        cell.problems.append(f"{schema.SUMMARY_FILE} {problem}")
+    problem = combination_problem(cell.status, cell.params.get("device"),
+                                  cell.params.get("precision"))
+    if problem and ("params", "precision") not in cell.bad_fields:
+        cell.bad_fields.add(("params", "precision"))
+        cell.problems.append(f"{schema.SUMMARY_FILE} params.{problem}")
     if cell.status == "ok":
         for name, keys in OK_REQUIRED.items():
             for key in keys:
