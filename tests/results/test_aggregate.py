@@ -500,8 +500,9 @@ def test_a_file_named_for_a_folder_or_a_folder_for_a_file_says_so(tmp_path, caps
     (results / "summary.csv").mkdir(parents=True)
     with pytest.raises(aggregate.AggregateError) as info:
         aggregate.load_tables(results)
-    assert f"{results / 'summary.csv'} is a folder, not a regular file. Run" in str(info.value)
+    assert f"cannot read {results / 'summary.csv'}: not a regular file but a folder" in str(
+        info.value)
     assert cli.main(["table", "--results", str(results)]) == 1
     err = capsys.readouterr().err
-    assert f"{results / 'summary.csv'} is a folder, not a regular file. Run" in err, err
+    assert f"cannot read {results / 'summary.csv'}: not a regular file but a folder" in err, err
     assert notes.read_text() == "mine" and not (tmp_path / "out").exists()
