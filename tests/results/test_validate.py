@@ -524,6 +524,45 @@ def test_a_cell_with_settings_that_cannot_have_run_is_refused_or_failed(runs):
     assert "which cpu does not run" not in validate.read_cell(folder).why()
 
 
+def test_a_gpu_runs_no_faster_than_a_stated_multiple_of_its_datasheet_peak(runs, study,
+                                                                           tmp_path):
+    """Item 3 of issue 41: a GPU's limit or training rate is bounded by 1.5x its datasheet
+    peak where the GPU is known (its fastest dense tensor-core rate), else by 10 PFLOP/s. The
+    cell reader fails such a cell; a table row of it is refused by every reader."""
+    from mnistbench.results import rows
+
+    multiple = validate.GPU_DATASHEET_MULTIPLE
+    assert multiple == 1.5
+    assert validate.gpu_ceiling_gflops("NVIDIA H200") == multiple * 989e3
+    assert validate.gpu_ceiling_gflops("NVIDIA H100 80GB HBM3") == multiple * 989e3
+    assert validate.gpu_ceiling_gflops("NVIDIA A100-SXM4-80GB") == multiple * 312e3
+    assert validate.gpu_ceiling_gflops("NVIDIA A10") == multiple * 125e3  # not the A100's
+    assert validate.gpu_ceiling_gflops("NVIDIA L40S") == multiple * 362e3  # not the L4's
+    assert validate.gpu_ceiling_gflops("NVIDIA GeForce RTX 4090") == multiple * 330e3
+    assert validate.gpu_ceiling_gflops("Mystery Accelerator 9000") is None
+    assert validate.gpu_ceiling_gflops("") is None
+    folder = folder_of(runs)
+    original = (folder / schema.SUMMARY_FILE).read_text()
+    for gpu, gflops, refused in (("NVIDIA H200", 2e6, True), ("NVIDIA H200", 6.3e4, False),
+                                 ("Mystery Accelerator 9000", 2e6, False)):
+        (folder / schema.SUMMARY_FILE).write_text(original)
+        set_value(folder, "params.device", "cuda")
+        set_value(folder, "env.gpu_name", gpu)
+        set_value(folder, "results.achieved_gflops", gflops)
+        words = (f"results.achieved_gflops is {gflops:g} GFLOP/s, above 1.4835e+06 GFLOP/s, "
+                 "1.5x the datasheet peak of the NVIDIA H200")
+        assert (words in validate.read_cell(folder).why()) is refused, (gpu, gflops)
+    aggregate.aggregate(study, tmp_path)
+    with (tmp_path / "summary.csv").open(newline="", encoding="utf-8") as handle:
+        row = next(csv.DictReader(handle))
+    row.update(device="cuda", gpu_name="NVIDIA H200", limit_gflops="5e6")
+    assert any(p.startswith("limit_gflops is 5e+06 GFLOP/s, above 1.4835e+06 GFLOP/s, 1.5x "
+                            "the datasheet peak of the NVIDIA H200")
+               for p in rows.row_problems("summary", row))
+    row.update(gpu_name="Mystery Accelerator 9000")
+    assert not any("datasheet" in p for p in rows.row_problems("summary", row))
+
+
 def test_loads_strict_names_the_token_and_where():
     """The strict JSON reader of manifests and summaries names the path of a bad token."""
     with pytest.raises(ValueError, match=r"files\.a\.bytes is NaN, which is not JSON"):

@@ -277,10 +277,12 @@ LIMIT_SLACK = 1.25
 
 def _refuse_limit_past_ceiling(row: Mapping[str, object], runs: Path) -> None:
     """Raise :class:`AggregateError` naming the measured limit a row was set against when no
-    CPU of the cell's cores can reach it (:func:`mnistbench.results.validate.ceiling_problem`):
-    the record is not a measurement of this machine."""
+    CPU of the cell's cores, or no GPU of its name, can reach it
+    (:func:`mnistbench.results.validate.ceiling_problem`): the record is not a measurement of
+    this machine."""
     problem = validate.ceiling_problem(row.get("device"), "its best row's gflops",
-                                       row.get("limit_gflops"), row.get("cpu_cores_logical"))
+                                       row.get("limit_gflops"), row.get("cpu_cores_logical"),
+                                       row.get("gpu_name"))
     if problem:
         raise AggregateError(
             f"the measured limit {runs / _limit_file('', row['env'], row['device'])[1:]}: "

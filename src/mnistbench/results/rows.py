@@ -95,7 +95,8 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
     run, or a number outside its physical range (:data:`TABLE_SPECS`: accuracies 0 to 100 %,
     times, rates, memory and counts 0 or more, a limit or rate up to
     :data:`mnistbench.results.validate.MAX_GFLOPS` and, on a CPU, up to
-    :func:`mnistbench.results.validate.cpu_ceiling_gflops`). Empty: the row is sound."""
+    :func:`mnistbench.results.validate.cpu_ceiling_gflops`, on a known GPU up to
+    :func:`mnistbench.results.validate.gpu_ceiling_gflops`). Empty: the row is sound."""
     problems = []
     for column in schema.ID_COLUMNS:  # folder names: any text but empty or control
         value = str(row.get(column) or "")
@@ -120,7 +121,7 @@ def row_problems(table: str, row: Mapping[str, object]) -> list[str]:
         problems.append(combination)
     for column in ("limit_gflops", "achieved_gflops"):
         ceiling = validate.ceiling_problem(row.get("device"), column, row.get(column),
-                                           row.get("cpu_cores_logical"))
+                                           row.get("cpu_cores_logical"), row.get("gpu_name"))
         if ceiling:
             problems.append(ceiling)
     specs = TABLE_SPECS[table]

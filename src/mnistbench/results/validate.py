@@ -230,17 +230,53 @@ def cpu_ceiling_gflops(cores_logical: object) -> float | None:
     return cores_logical * CPU_MAX_GHZ * CPU_FLOP_PER_CYCLE
 
 
+#: Datasheet peaks of GPUs, in TFLOP/s: the highest dense (no sparsity) rate at any
+#: precision this study runs (fp16 or bf16 on the tensor cores), from NVIDIA's datasheets;
+#: matched as a word of the recorded ``gpu_name``, the first that matches. A GPU named here
+#: cannot run past :data:`GPU_DATASHEET_MULTIPLE` times its figure; one not named here is
+#: bounded by :data:`MAX_GFLOPS` alone.
+GPU_DATASHEET_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("GB200", 2500.0), ("B200", 2250.0), ("H200", 989.0), ("H100", 989.0),
+    ("A100", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10", 125.0), ("V100", 125.0),
+    ("T4", 65.0), ("RTX 4090", 330.0), ("RTX 3090", 142.0),
+)
+#: How far past its datasheet peak a GPU's measured limit or training rate may be believed:
+#: boost clocks and a datasheet's rounding give a few percent, never this much.
+GPU_DATASHEET_MULTIPLE = 1.5
+
+
+def gpu_ceiling_gflops(gpu_name: object) -> float | None:
+    """The GFLOP/s no GPU of that name reaches (:data:`GPU_DATASHEET_MULTIPLE` x its
+    :data:`GPU_DATASHEET_TFLOPS`), or None for a GPU not in that table."""
+    if not isinstance(gpu_name, str) or not gpu_name:
+        return None
+    for model, tflops in GPU_DATASHEET_TFLOPS:
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(model)}(?![0-9])", gpu_name):
+            return GPU_DATASHEET_MULTIPLE * tflops * 1000
+    return None
+
+
 def ceiling_problem(device: object, field: str, gflops: object,
-                    cores_logical: object) -> str | None:
-    """Why ``gflops`` (a cpu cell's limit or training rate, ``field``) cannot be true of a
-    CPU of ``cores_logical`` logical cores (:func:`cpu_ceiling_gflops`), or None (another
-    device: :data:`MAX_GFLOPS` bounds it where its datasheet is not known here)."""
+                    cores_logical: object, gpu_name: object = "") -> str | None:
+    """Why ``gflops`` (a cell's limit or training rate, ``field``) cannot be true: above what
+    a CPU of ``cores_logical`` logical cores can do (:func:`cpu_ceiling_gflops`), or above a
+    stated multiple of a known GPU's datasheet peak (:func:`gpu_ceiling_gflops`); None where
+    it can be (another device, or a GPU not known here: :data:`MAX_GFLOPS` bounds those)."""
     if isinstance(gflops, str):
         gflops = parse_csv_number(gflops) if gflops else None
-    ceiling = cpu_ceiling_gflops(cores_logical) if device == "cpu" else None
+    if device == "cpu":
+        ceiling = cpu_ceiling_gflops(cores_logical)
+    elif device == "cuda":
+        ceiling = gpu_ceiling_gflops(gpu_name)
+    else:
+        ceiling = None
     if ceiling is None or not isinstance(gflops, int | float) or isinstance(gflops, bool) \
             or gflops <= ceiling:
         return None
+    if device == "cuda":
+        return (f"{field} is {gflops:g} GFLOP/s, above {ceiling:g} GFLOP/s, "
+                f"{GPU_DATASHEET_MULTIPLE:g}x the datasheet peak of the {gpu_name} (its "
+                "fastest dense tensor-core rate): no such GPU reaches it")
     return (f"{field} is {gflops:g} GFLOP/s, above {ceiling:g} GFLOP/s, the most "
             f"{cores_logical} logical CPU cores can do ({CPU_MAX_GHZ:g} GHz x "
             f"{CPU_FLOP_PER_CYCLE} FLOP a cycle each, more than any CPU's datasheet peak)")
@@ -502,7 +538,7 @@ def _check_values(cell: Cell) -> None:
     problem = (None if ("results", "achieved_gflops") in cell.bad_fields else ceiling_problem(
         cell.params.get("device"), "results.achieved_gflops",
         cell.sections["results"].get("achieved_gflops"),
-        cell.sections["env"].get("cpu_cores_logical")))
+        cell.sections["env"].get("cpu_cores_logical"), cell.sections["env"].get("gpu_name")))
     if problem:
         cell.bad_fields.add(("results", "achieved_gflops"))
         cell.problems.append(f"{schema.SUMMARY_FILE} {problem}")
