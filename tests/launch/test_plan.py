@@ -151,16 +151,22 @@ def test_the_allocator_must_be_installed_for_a_local_study_only(monkeypatch):
 
 
 # --------------------------------------------------------------------------- this machine
-def test_environment_name_is_reduced_to_safe_characters(monkeypatch):
-    """config env 'lab box/1' files the cells under lab-box-1; runner docker without a name is
-    <host>-docker; a name with no usable character is a config error."""
+def test_a_configured_environment_name_is_used_as_it_is_or_refused(monkeypatch):
+    """config env is a folder name used as it is, never renamed (issue 41: '日本語-a' and
+    '中文-a' both became 'a', two values one folder): one that is not a plain name ('lab
+    box/1', '../x', 'a--b', '-a') is refused by the schema naming the key; runner docker
+    without a name is <host>-docker."""
     monkeypatch.delenv("MNISTBENCH_ENV", raising=False)
-    assert plan.environment_name(validated(env="lab box/1")) == "lab-box-1"
+    assert plan.environment_name(validated(env="lab-box.1_x")) == "lab-box.1_x"
     assert plan.environment_name(validated(env="", runner="docker")) == \
         study.environment_name("", runtime="docker")
     assert study.environment_name("", runtime="docker").endswith("-docker")
-    with pytest.raises(PlanError, match="invalid config key env"):
-        plan.environment_name(validated(env="///"))
+    for value in ("lab box/1", "日本語-a", "中文-a", "../x", "a--b", "-a", "a.", "///"):
+        config = raw_config()
+        config["env"] = value
+        message = schema_error(config)
+        assert message.startswith("invalid config key env:"), (value, message)
+        assert "used as it is, never renamed" in message and "--configfile" in message
 
 
 def test_the_lock_file_is_checked_and_never_created(tmp_path):
