@@ -279,6 +279,28 @@ def test_a_bad_config_is_one_paragraph_naming_the_file(project, text, words):
     assert "SECRET" not in str(info.value)
 
 
+@pytest.mark.parametrize(("kind", "words"), [
+    ("folder", "not a regular file but a folder"),
+    ("yaml", "is not valid YAML (line"),
+    ("key", "invalid config key devices.0 in"),
+])
+def test_a_bad_env_configfile_names_its_own_flag_as_the_fix(project, kind, words):
+    """Weak case: an --env-configfile that is a folder, does not parse or holds a key the
+    schema refuses names that file and `--env-configfile ENV=FILE` as the fix (the message
+    named --configfile, which the user had right)."""
+    bad = project / "gpu-env.yaml"
+    if kind == "folder":
+        bad.mkdir()
+    else:
+        bad.write_text("devices: [\n" if kind == "yaml" else "devices: [tpu]\n")
+    with pytest.raises(publish.PublishError) as info:
+        publish.load_config([Path("config/config.yaml")], env="lab", env_files=[bad])
+    message = str(info.value)
+    assert str(bad) in message and words in message, message
+    if kind != "key":
+        assert "--env-configfile lab=FILE" in message and "(--configfile" not in message
+
+
 def test_env_configfile_is_validated_against_the_workflows_schema(project, capsys):
     """Weak case: --env-configfile with a key the workflow refuses (a device it does not
     know) is refused naming the key and the file, before anything is published."""

@@ -71,19 +71,25 @@ class CellInfo:
 
 # ---------------------------------------------------------------------------------------------
 # The study's config and its cells
-def load_config(configfiles: Sequence[Path], config_schema: Path = CONFIG_SCHEMA) -> dict:
+def load_config(configfiles: Sequence[Path], config_schema: Path = CONFIG_SCHEMA, *,
+                env: str = "", env_files: Sequence[Path] = ()) -> dict:
     """The study's config as the workflow reads it: ``configfiles`` merged in order (a later
     file's keys replace, its mappings merge), every key left out set to its default from
     ``config_schema``, then checked against that schema as the workflow checks it (a file
     given with ``--env-configfile`` too). Each file is read bounded
     (:mod:`mnistbench.core.untrusted`: a regular file of at most 4 MiB, no YAML alias
     expansion past 200,000 values nor nesting past 64 levels), so a "billion laughs" is
-    refused at once; a file that does not parse is named, its content never quoted."""
+    refused at once; a file that does not parse is named, its content never quoted.
+    ``env_files``: files of ``--env-configfile ENV=FILE`` for ``env``, loaded after
+    ``configfiles``; an error in one names that flag as the fix."""
     import yaml
 
     config: dict = {}
-    for path in configfiles:
-        config_fix = "Pass the config the study ran with (--configfile, repeatable)."
+    env_files = [Path(p) for p in env_files]
+    for path in [*configfiles, *env_files]:
+        config_fix = (f"Pass the config environment {env} ran with (--env-configfile "
+                      f"{env}=FILE, repeatable)." if Path(path) in env_files else
+                      "Pass the config the study ran with (--configfile, repeatable).")
         try:
             text = untrusted.read_text_file(Path(path))
             data = yaml.safe_load(text) or {}
@@ -110,7 +116,7 @@ def load_config(configfiles: Sequence[Path], config_schema: Path = CONFIG_SCHEMA
         raise PublishError(f"cannot read the config schema {config_schema}: {exc}. Run "
                            "mnistbench publish from the project's folder.") from None
     _fill_defaults(spec, config)
-    _check_config(config, spec, configfiles)
+    _check_config(config, spec, [*configfiles, *env_files])
     return config
 
 
@@ -372,7 +378,7 @@ def load(runs: Path, configfiles: Sequence[Path],
         raise PublishError(
             f"--env-configfile names {', '.join(unknown)}, which has no cells under {runs} "
             f"(environments there: {', '.join(present)}): check the environment's name.")
-    env_configs = {env: load_config([*configfiles, *paths], config_schema)
+    env_configs = {env: load_config(configfiles, config_schema, env=env, env_files=paths)
                    for env, paths in env_files.items()}
     return Study(runs=runs, cells=cells, incomplete=incomplete, config=config,
                  env_configfiles=env_files, env_configs=env_configs)
