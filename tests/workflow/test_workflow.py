@@ -293,19 +293,16 @@ def test_a_copied_environment_folder_with_unsafe_characters_is_named_with_the_fi
 
 
 def test_snakemake_loads_the_quiet_scheduling_profile(tmp_path, tiny_mnist):
-    """profiles/default, which Snakemake loads by itself: the greedy scheduler and a job-rate
-    timespan of a minute, so that Snakemake's own process stays idle while a timed cell runs.
-    With its defaults (an integer program solved in a CBC subprocess every second while cells
-    wait) the cells' other load rose to 5-7 % of a 2-core machine (docs/workflow.md)."""
+    """profiles/default, which Snakemake loads by itself: the greedy scheduler, so that no
+    integer program is solved in a CBC subprocess every second while timed cells wait (the
+    cells' other load rose to 5-7 % of a 2-core machine, docs/workflow.md), and Snakemake's own
+    1 s job-rate timespan (a longer one makes every run wait that long at exit)."""
     profile = yaml.safe_load((REPO / "profiles" / "default" / "config.yaml").read_text())
-    assert profile["scheduler"] == "greedy"
-    jobs, span = profile["max-jobs-per-timespan"].split("/")
-    seconds = float(span[:-1]) * {"s": 1, "m": 60, "h": 3600}[span[-1]]
-    assert seconds >= 60 and int(jobs) >= 100, profile
+    assert profile == {"scheduler": "greedy"}, profile
     proc = snakemake(tmp_path, tiny_config(tiny_mnist, tmp_path), "-n")
     assert proc.returncode == 0, proc.stdout
-    assert f"workflow specific profile {REPO / 'profiles' / 'default'}" in proc.stdout or \
-        "workflow specific profile profiles/default" in proc.stdout, proc.stdout[:2000]
+    assert "workflow specific profile" in proc.stdout and "profiles/default" in proc.stdout, \
+        proc.stdout[:2000]
 
 
 @pytest.mark.slow
